@@ -1,0 +1,181 @@
+// Asynchronous neuron kernels for PyTorch's structured ops. The op's own meta function runs on
+// the host (shape, dtype and device checks raise at the call, as on CUDA) and allocates the
+// device output; the CPU kernel then runs as a task on the stream, over CPU views of device
+// memory. One helper per variant: functional, in-place, out=.
+#pragma once
+
+#include <ATen/TensorIterator.h>
+#include <ATen/TensorMeta.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/native/Resize.h>
+
+#include <array>
+#include <functional>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "core/storage.h"
+
+namespace torch_neuronx {
+
+// ---- what a task captures of each argument --------------------------------------------------
+
+// Device tensors become CPU views; a CPU tensor (a 0-dim scalar) is copied so the task owns it.
+inline at::Tensor capture(const at::Tensor& t) {
+  if (!t.defined() || t.device().type() == kNeuron) return cpu_view(t);
+  return t.detach().clone();
+}
+inline std::optional<at::Tensor> capture(const std::optional<at::Tensor>& t) {
+  if (!t.has_value()) return std::nullopt;
+  return capture(*t);
+}
+inline std::vector<int64_t> capture(c10::IntArrayRef a) { return a.vec(); }
+inline std::optional<std::vector<int64_t>> capture(at::OptionalIntArrayRef a) {
+  if (!a.has_value()) return std::nullopt;
+  return a->vec();
+}
+inline std::string capture(c10::string_view s) { return std::string(s); }
+inline std::optional<std::string> capture(std::optional<c10::string_view> s) {
+  if (!s.has_value()) return std::nullopt;
+  return std::string(*s);
+}
+template <class T>
+std::enable_if_t<std::is_arithmetic_v<T> || std::is_enum_v<T>, T> capture(T v) { return v; }
+inline c10::Scalar capture(const c10::Scalar& s) { return s; }
+inline std::optional<c10::Scalar> capture(const std::optional<c10::Scalar>& s) { return s; }
+inline std::optional<c10::ScalarType> capture(std::optional<c10::ScalarType> s) { return s; }
+inline std::optional<int64_t> capture(std::optional<int64_t> s) { return s; }
+inline std::optional<double> capture(std::optional<double> s) { return s; }
+inline std::optional<bool> capture(std::optional<bool> s) { return s; }
+
+// Back from the captured form to what at::cpu:: functions take.
+template <class T>
+const T& pass(const T& v) { return v; }
+inline std::optional<c10::string_view> pass(const std::optional<std::string>& v) {
+  if (!v.has_value()) return std::nullopt;
+  return c10::string_view(*v);
+}
+inline at::OptionalIntArrayRef pass(const std::optional<std::vector<int64_t>>& v) {
+  if (!v.has_value()) return std::nullopt;
+  return at::IntArrayRef(*v);
+}
+
+// Checks CUDA makes in its kernels: one device for all tensor arguments (0-dim CPU tensors are
+// allowed as scalars).
+void check_tensor_devices(const char* op, std::initializer_list<const at::TensorBase*> tensors);
+
+template <class T>
+void collect_tensors(std::vector<const at::TensorBase*>& out, const T& v) {
+  if constexpr (std::is_base_of_v<at::TensorBase, std::decay_t<T>>) out.push_back(&v);
+  if constexpr (std::is_same_v<std::decay_t<T>, std::optional<at::Tensor>>) {
+    if (v.has_value()) out.push_back(&*v);
+  }
+}
+void check_devices(const char* op, const std::vector<const at::TensorBase*>& tensors);
+
+template <class... Args>
+c10::DeviceIndex check_args(const char* op, const Args&... args) {
+  std::vector<const at::TensorBase*> ts;
+  (collect_tensors(ts, args), ...);
+  check_devices(op, ts);
+  for (auto* t : ts)
+    if (t->defined() && t->device().type() == kNeuron) return t->device().index();
+  return current_device();
+}
+
+// ---- meta classes with neuron outputs ---------------------------------------------------------
+
+template <class Meta>
+constexpr bool kIsIterator = std::is_base_of_v<at::TensorIteratorBase, Meta>;
+
+template <class Meta, size_t N>
+struct FunctionalOp final : Meta {
+  std::array<at::Tensor, N> outputs_;
+  c10::DeviceIndex device = -1;
+  const at::Tensor& maybe_get_output(int64_t i) override { return outputs_[i]; }
+  void set_output_raw_strided(int64_t i, at::IntArrayRef sizes, at::IntArrayRef strides,
+                              at::TensorOptions options) override {
+    const auto dtype = c10::typeMetaToScalarType(options.dtype());
+    if (strides.empty()) {
+      outputs_[i] = empty_neuron(sizes, dtype, device,
+                                 options.memory_format_opt().value_or(c10::MemoryFormat::Contiguous));
+    } else {
+      outputs_[i] = empty_neuron(sizes, strides, dtype, device);
+    }
+    if constexpr (kIsIterator<Meta>) at::TensorIteratorBase::set_output_raw_strided(i, sizes, strides, options);
+  }
+};
+
+template <class Meta, size_t N>
+struct OutOp final : Meta {
+  std::array<std::reference_wrapper<const at::Tensor>, N> outputs_;
+  template <class... Ts>
+  explicit OutOp(const Ts&... outs) : outputs_{std::cref(outs)...} {}
+  const at::Tensor& maybe_get_output(int64_t i) override { return outputs_[i].get(); }
+  void set_output_raw_strided(int64_t i, at::IntArrayRef sizes, at::IntArrayRef strides,
+                              at::TensorOptions options) override {
+    const auto& out = outputs_[i].get();
+    TORCH_CHECK(options.dtype() == out.dtype(), "Expected out tensor to have dtype ", options.dtype(),
+                ", but got ", out.dtype(), " instead");
+    TORCH_CHECK(out.device().type() == kNeuron, "Expected out tensor to be on neuron, but got ", out.device());
+    if (at::native::resize_output(out, sizes)) {
+      if (!strides.empty()) {
+        out.as_strided_(sizes, strides);
+      } else if (options.memory_format_opt().has_value()) {
+        out.unsafeGetTensorImpl()->empty_tensor_restride(*options.memory_format_opt());
+      }
+    }
+    if constexpr (kIsIterator<Meta>) at::TensorIteratorBase::set_output_raw_strided(i, sizes, strides, options);
+  }
+};
+
+// ---- the three variants ----------------------------------------------------------------------
+
+// Queues `kernel(cpu_outputs..., captured_args...)`.
+template <size_t N, class Kernel, class... Args>
+void queue_kernel(c10::DeviceIndex device, const char* name, Kernel kernel,
+                  const std::array<at::Tensor, N>& outs, const Args&... args) {
+  std::array<at::Tensor, N> cpu_outs;
+  for (size_t i = 0; i < N; ++i) cpu_outs[i] = cpu_view(outs[i]);
+  launch(device, name, [kernel, cpu_outs = std::move(cpu_outs), captured = std::make_tuple(capture(args)...)]() mutable {
+    std::apply([&](auto&... o) {
+      std::apply([&](auto&... a) { kernel(o..., pass(a)...); }, captured);
+    }, cpu_outs);
+  });
+}
+
+template <class Meta, size_t N = 1, class Kernel, class... Args>
+std::array<at::Tensor, N> structured_functional(const char* name, Kernel kernel, const Args&... args) {
+  FunctionalOp<Meta, N> op;
+  op.device = check_args(name, args...);
+  op.meta(args...);
+  queue_kernel<N>(op.device, name, kernel, op.outputs_, args...);
+  return op.outputs_;
+}
+
+template <class Meta, class Kernel, class... Args>
+at::Tensor& structured_inplace(const char* name, Kernel kernel, at::Tensor& self, const Args&... args) {
+  OutOp<Meta, 1> op(self);
+  const auto device = check_args(name, self, args...);
+  op.meta(self, args...);
+  // One CPU view serves as both output and input, so the kernel sees a true in-place call.
+  launch(device, name, [kernel, v = cpu_view(self), captured = std::make_tuple(capture(args)...)]() mutable {
+    std::apply([&](auto&... a) { kernel(v, v, pass(a)...); }, captured);
+  });
+  return self;
+}
+
+template <class Meta, size_t N = 1, class Kernel, class Outs, class... Args>
+void structured_out(const char* name, Kernel kernel, const Outs& outs, const Args&... args) {
+  auto op = std::apply([](const auto&... o) { return OutOp<Meta, N>(o...); }, outs);
+  const auto device = std::apply([&](const auto&... o) { return check_args(name, o..., args...); }, outs);
+  op.meta(args...);
+  std::array<at::Tensor, N> arr = std::apply([](const auto&... o) { return std::array<at::Tensor, N>{o...}; }, outs);
+  queue_kernel<N>(device, name, kernel, arr, args...);
+}
+
+}  // namespace torch_neuronx
+
+// The kernel for a structured op: its CPU out= function.
+#define NX_CPU_OUT(fn) [](auto&&... a) { at::cpu::fn(a...); }

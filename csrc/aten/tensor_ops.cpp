@@ -1,0 +1,131 @@
+// The ops every device needs natively: allocation, views that alias, resize/set_, .item().
+#include <ATen/EmptyTensor.h>
+#include <ATen/TensorUtils.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_local_scalar_dense_native.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_native.h>
+#include <torch/library.h>
+
+#include <cstring>
+
+#include "core/allocator.h"
+#include "core/storage.h"
+
+namespace torch_neuronx {
+namespace {
+
+c10::DeviceIndex device_or_current(std::optional<c10::Device> device) {
+  if (!device.has_value() || !device->has_index()) return current_device();
+  TORCH_CHECK(device->type() == kNeuron, "neuron: expected a neuron device, got ", *device);
+  return device->index();
+}
+
+void check_layout(std::optional<c10::Layout> layout) {
+  TORCH_CHECK(!layout.has_value() || *layout == c10::kStrided,
+              "neuron: only strided tensors are supported, got layout ", *layout);
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                               std::optional<bool> pin_memory,
+                               std::optional<c10::MemoryFormat> memory_format) {
+  check_layout(layout);
+  TORCH_CHECK(!pin_memory.value_or(false), "neuron: only CPU tensors can be pinned");
+  return empty_neuron(size, dtype.value_or(c10::get_default_dtype_as_scalartype()),
+                      device_or_current(device), memory_format.value_or(c10::MemoryFormat::Contiguous));
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                         std::optional<c10::Device> device, std::optional<bool> pin_memory) {
+  check_layout(layout);
+  TORCH_CHECK(!pin_memory.value_or(false), "neuron: only CPU tensors can be pinned");
+  return empty_neuron(size, stride, dtype.value_or(c10::get_default_dtype_as_scalartype()),
+                      device_or_current(device));
+}
+
+// Makes `self` cover `size`/`stride` at `offset`, growing its storage if needed.
+void restride(at::Tensor& self, int64_t offset, c10::IntArrayRef size,
+              std::optional<c10::IntArrayRef> stride) {
+  auto* impl = self.unsafeGetTensorImpl();
+  if (stride.has_value()) {
+    TORCH_CHECK(size.size() == stride->size(), "neuron: size and stride must have the same length");
+    impl->set_sizes_and_strides(size, *stride, offset);
+  } else {
+    impl->set_sizes_contiguous(size);
+    impl->set_storage_offset(offset);
+  }
+  const size_t needed = at::detail::computeStorageNbytes(
+      impl->sizes(), impl->strides(), self.dtype().itemsize(), impl->storage_offset());
+  if (needed > self.storage().nbytes()) resize_storage_bytes(self.storage().unsafeGetStorageImpl(), needed);
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
+                          std::optional<c10::MemoryFormat> memory_format) {
+  at::Tensor t = self;
+  if (self.sizes() != size) restride(t, self.storage_offset(), size, std::nullopt);
+  if (memory_format.has_value() && *memory_format != c10::MemoryFormat::Preserve) {
+    self.unsafeGetTensorImpl()->empty_tensor_restride(*memory_format);
+  }
+  return self;
+}
+
+at::Tensor& set_storage_offset(at::Tensor& self, c10::Storage source, int64_t offset,
+                               c10::IntArrayRef size, c10::IntArrayRef stride) {
+  TORCH_CHECK(source.device().type() == kNeuron || source.nbytes() == 0,
+              "neuron: set_ expects a neuron storage, got one on ", source.device());
+  if (self.storage().unsafeGetStorageImpl() != source.unsafeGetStorageImpl()) {
+    self.unsafeGetTensorImpl()->set_storage_keep_dtype(std::move(source));
+  }
+  restride(self, offset, size, stride.empty() ? std::nullopt : std::optional<c10::IntArrayRef>(stride));
+  return self;
+}
+
+at::Tensor& set_storage(at::Tensor& self, c10::Storage source) {
+  const int64_t n = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
+  return set_storage_offset(self, std::move(source), 0, {n}, {});
+}
+
+at::Tensor& set_tensor(at::Tensor& self, const at::Tensor& source) {
+  if (self.is_same(source)) return self;
+  return set_storage_offset(self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::Storage empty(c10::Storage::use_byte_size_t(), 0, caching_allocator().allocate_on(self.device().index(), 0),
+                     &caching_allocator(), true);
+  return set_storage_offset(self, std::move(empty), 0, {0}, {});
+}
+
+c10::Scalar local_scalar_dense(const at::Tensor& self) {
+  auto host = at::empty({}, self.options().device(c10::kCPU));
+  auto src = cpu_view(self);
+  run_now(self.device().index(), "aten::_local_scalar_dense", [&] {
+    std::memcpy(host.mutable_data_ptr(), src.const_data_ptr(), self.dtype().itemsize());
+  });
+  return at::native::_local_scalar_dense_cpu(host);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
+  m.impl("view", TORCH_FN(at::native::view));
+  m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
+  m.impl("unfold", TORCH_FN(at::native::unfold));
+  m.impl("resize_", TORCH_FN(resize_));
+  m.impl("set_.source_Storage", TORCH_FN(set_storage));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage_offset));
+  m.impl("set_.source_Tensor", TORCH_FN(set_tensor));
+  m.impl("set_", TORCH_FN(set_empty));
+  m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+}
+
+}  // namespace torch_neuronx

@@ -1,0 +1,105 @@
+#include "core/storage.h"
+
+#include <ATen/EmptyTensor.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/TensorImpl.h>
+#include <c10/util/Exception.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/allocator.h"
+
+namespace torch_neuronx {
+namespace {
+
+bool strict_mode() {
+  static const bool strict = [] {
+    const char* v = std::getenv("TORCH_NEURONX_STRICT");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  return strict;
+}
+
+std::atomic<bool> warned_f64{false}, warned_complex{false};
+
+}  // namespace
+
+void check_trainium_dtype(c10::ScalarType dtype) {
+  const bool f64 = dtype == c10::kDouble;
+  const bool cplx = c10::isComplexType(dtype);
+  if (C10_LIKELY(!f64 && !cplx)) return;
+  TORCH_CHECK_TYPE(!strict_mode(), "neuron: dtype ", dtype,
+                   " is not supported by Trainium (no float64 or complex types on the device); "
+                   "TORCH_NEURONX_STRICT=1 makes this an error. Use float32 or bfloat16.");
+  auto& flag = f64 ? warned_f64 : warned_complex;
+  if (!flag.exchange(true)) {
+    TORCH_WARN("neuron: dtype ", dtype, " runs on the software device but Trainium cannot run it "
+               "(it has no float64 or complex types); set TORCH_NEURONX_STRICT=1 to make this an error.");
+  }
+}
+
+at::Tensor empty_neuron(c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::ScalarType dtype,
+                        c10::DeviceIndex device) {
+  check_trainium_dtype(dtype);
+  if (device < 0) device = current_device();
+  c10::DeviceGuard guard(c10::Device(kNeuron, device));
+  return at::detail::empty_strided_generic(sizes, strides, &caching_allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype);
+}
+
+at::Tensor empty_neuron(c10::IntArrayRef sizes, c10::ScalarType dtype, c10::DeviceIndex device,
+                        c10::MemoryFormat format) {
+  check_trainium_dtype(dtype);
+  if (device < 0) device = current_device();
+  c10::DeviceGuard guard(c10::Device(kNeuron, device));
+  return at::detail::empty_generic(sizes, &caching_allocator(),
+                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype, format);
+}
+
+void resize_storage_bytes(c10::StorageImpl* storage, size_t new_bytes) {
+  TORCH_CHECK(storage->resizable(), "neuron: trying to resize a storage that is not resizable");
+  const auto device = storage->device().index();
+  const size_t old_bytes = storage->nbytes();
+  if (new_bytes == old_bytes) return;
+  c10::DataPtr fresh = caching_allocator().allocate_on(device, new_bytes);
+  const size_t keep = std::min(old_bytes, new_bytes);
+  if (keep > 0 && storage->data()) {
+    auto& q = current_queue(device);
+    checked([&] {
+      runtime().copy_async(q, fresh.get(), storage->data(), keep, neuronrt::Runtime::kDeviceToDevice);
+    });
+  }
+  // The old block returns to the stream's pool; the copy above is ahead of any reuse.
+  storage->set_data_ptr_noswap(std::move(fresh));
+  storage->set_nbytes(new_bytes);
+}
+
+c10::Storage cpu_storage_alias(const c10::Storage& s) {
+  return c10::Storage(c10::Storage::use_byte_size_t(), s.nbytes(),
+                      c10::DataPtr(const_cast<void*>(s.data()), c10::Device(c10::kCPU)), nullptr,
+                      /*resizable=*/false);
+}
+
+at::Tensor cpu_view(const at::Tensor& t) {
+  if (!t.defined()) return t;
+  if (t.device().type() != kNeuron) return t;
+  auto impl = c10::make_intrusive<c10::TensorImpl>(cpu_storage_alias(t.storage()),
+                                                   c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  return at::Tensor(std::move(impl));
+}
+
+void launch(c10::DeviceIndex device, const char* name, neuronrt::Task fn) {
+  auto& q = current_queue(device);
+  checked([&] { q.submit(name, std::move(fn)); });
+}
+
+void run_now(c10::DeviceIndex device, const char* name, const neuronrt::Task& fn) {
+  auto& q = current_queue(device);
+  checked([&] { q.run_inline(name, fn); });
+}
+
+}  // namespace torch_neuronx

@@ -1,0 +1,34 @@
+// Device storage and tensor helpers shared by the op files.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/StorageImpl.h>
+
+#include "core/device.h"
+
+namespace torch_neuronx {
+
+// Grows or shrinks a neuron storage; the old contents are copied on the device queue.
+void resize_storage_bytes(c10::StorageImpl* storage, size_t new_bytes);
+
+// A new neuron tensor. Warns (or raises under TORCH_NEURONX_STRICT=1) for dtypes Trainium
+// cannot hold.
+at::Tensor empty_neuron(c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::ScalarType dtype,
+                        c10::DeviceIndex device);
+at::Tensor empty_neuron(c10::IntArrayRef sizes, c10::ScalarType dtype, c10::DeviceIndex device,
+                        c10::MemoryFormat format = c10::MemoryFormat::Contiguous);
+void check_trainium_dtype(c10::ScalarType dtype);
+
+// A CPU tensor over the same device memory (shares no ownership: the device storage must stay
+// alive, which stream order guarantees for work queued on the stream that allocated it).
+at::Tensor cpu_view(const at::Tensor& t);
+// A CPU tensor that aliases `storage` with `t`'s sizes, strides and offset; `storage` is a CPU
+// storage over t's device memory made by cpu_storage_alias.
+c10::Storage cpu_storage_alias(const c10::Storage& device_storage);
+
+// Queues `fn` on the current stream of `device`.
+void launch(c10::DeviceIndex device, const char* name, neuronrt::Task fn);
+// Runs `fn` on the host after the current stream of `device` drains, with device memory open.
+void run_now(c10::DeviceIndex device, const char* name, const neuronrt::Task& fn);
+
+}  // namespace torch_neuronx

@@ -1,0 +1,75 @@
+// torch_neuronx._C: thin bindings over the runtime and the torch glue.
+#include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "aten/op_stats.h"
+#include "core/allocator.h"
+#include "core/device.h"
+#include "core/generator.h"
+
+namespace py = pybind11;
+using namespace torch_neuronx;
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch-neuronx native extension (software NeuronCore runtime)";
+
+  m.def("_device_count", [] { return device_count(); });
+  m.def("_runtime_error", []() -> std::string {
+    try {
+      neuronrt::Runtime::get();
+      return "";
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+  });
+  m.def("_current_device", [] { return static_cast<int>(current_device()); });
+  m.def("_set_device", [](int d) { set_current_device(static_cast<c10::DeviceIndex>(d)); });
+  m.def("_synchronize", [](int d) {
+        checked([&] { runtime().synchronize_device(d < 0 ? current_device() : d); });
+      }, py::call_guard<py::gil_scoped_release>());
+  m.def("_device_properties", [](int d) {
+    check_device_index(static_cast<c10::DeviceIndex>(d));
+    const auto& topo = runtime().topology();
+    const auto& core = runtime().core(d);
+    const auto* p = topo.profile;
+    py::dict out;
+    out["name"] = "Trainium" + p->name.substr(3) + " (" + p->name + ", software NeuronCore)";
+    out["profile"] = p->name;
+    out["core_version"] = p->core_version;
+    out["total_memory"] = core.hbm_bytes;
+    out["logical_core"] = core.global_index;
+    out["chip"] = core.chip;
+    out["lnc"] = topo.lnc;
+    out["physical_cores_per_chip"] = p->physical_cores;
+    out["logical_cores_per_chip"] = topo.logical_cores_per_chip();
+    out["hbm_bytes_per_s"] = p->hbm_bytes_per_s / topo.logical_cores_per_chip();
+    out["dense_bf16_flops"] = p->dense_bf16_flops / topo.logical_cores_per_chip();
+    out["dense_fp32_flops"] = p->dense_fp32_flops / topo.logical_cores_per_chip();
+    out["sbuf_bytes"] = p->sbuf_bytes * topo.lnc;
+    out["psum_bytes"] = p->psum_bytes * topo.lnc;
+    return out;
+  });
+  m.def("_runtime_config", [] {
+    py::dict out;
+    auto& rt = runtime();
+    out["launch_blocking"] = rt.launch_blocking();
+    out["sanitize"] = rt.sanitize();
+    out["chips"] = rt.topology().chips;
+    out["profile"] = rt.topology().profile->name;
+    out["h2d_bytes"] = rt.counters().h2d_bytes.load();
+    out["d2h_bytes"] = rt.counters().d2h_bytes.load();
+    out["d2d_bytes"] = rt.counters().d2d_bytes.load();
+    return out;
+  });
+  m.def("_stream_priority", [](int64_t id) { return stream_priority(id); });
+  m.def("_default_generator", [](int d) {
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(d))));
+  });
+  m.def("_generic_ops", [] { return generic_op_counts(); });
+  m.def("_fallback_ops", [] { return fallback_op_counts(); });
+  m.def("_reset_op_counts", [] { reset_op_counts(); });
+  m.def("_set_forced_fallback_ops", [](const std::vector<std::string>& ops) { set_forced_fallback_ops(ops); });
+  m.def("_device_memory_used", [](int d) { return runtime().memory(d).used(); });
+  m.def("_is_pinned", [](uintptr_t p) { return is_pinned_ptr(reinterpret_cast<void*>(p)); });
+}

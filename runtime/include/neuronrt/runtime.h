@@ -1,0 +1,72 @@
+// The software NeuronCore runtime: the visible logical cores, their memory and queues.
+// This is the interface a hardware runtime (libnrt) would sit behind.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "neuronrt/memory.h"
+#include "neuronrt/profile.h"
+#include "neuronrt/queue.h"
+
+namespace neuronrt {
+
+struct RuntimeOptions {
+  Topology topology;
+  bool launch_blocking = false;  // NEURON_LAUNCH_BLOCKING=1
+  bool sanitize = false;         // TORCH_NEURONX_SANITIZE=1
+  static RuntimeOptions from_env();
+};
+
+struct Counters {
+  std::atomic<uint64_t> h2d_bytes{0}, d2h_bytes{0}, d2d_bytes{0};
+};
+
+class Runtime {
+ public:
+  explicit Runtime(RuntimeOptions options);
+  ~Runtime();
+
+  // The process-wide runtime, configured from the environment on first use. Throws
+  // std::invalid_argument for a bad setting.
+  static Runtime& get();
+
+  int device_count() const { return static_cast<int>(opts_.topology.cores.size()); }
+  const Topology& topology() const { return opts_.topology; }
+  const LogicalCore& core(int device) const;
+  bool launch_blocking() const { return opts_.launch_blocking; }
+  bool sanitize() const { return opts_.sanitize; }
+
+  DeviceMemory& memory(int device);
+  // Queue `id` of a device, created on first use (id 0 is the default queue).
+  Queue& queue(int device, int id);
+  void synchronize_device(int device);
+  void synchronize_all();
+  // -1 when `ptr` is in no device's memory.
+  int device_of(const void* ptr) const;
+
+  // Copies are tasks on `queue`; the caller keeps both ranges valid until the task runs.
+  uint64_t copy_async(Queue& queue, void* dst, const void* src, size_t bytes, int direction);
+  enum Direction { kHostToDevice = 0, kDeviceToHost = 1, kDeviceToDevice = 2 };
+  Counters& counters() { return counters_; }
+
+  static constexpr int kMaxQueuesPerDevice = 64;
+
+ private:
+  void enter_task();
+  void leave_task();
+
+  RuntimeOptions opts_;
+  std::vector<std::unique_ptr<DeviceMemory>> memory_;
+  std::vector<std::vector<std::unique_ptr<Queue>>> queues_;
+  std::mutex queues_mu_;
+  std::mutex guard_mu_;
+  int guard_depth_ = 0;
+  Counters counters_;
+};
+
+}  // namespace neuronrt

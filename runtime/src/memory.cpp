@@ -1,0 +1,125 @@
+#include "neuronrt/memory.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace neuronrt {
+namespace {
+
+uint64_t round_up(uint64_t n, uint64_t m) { return (n + m - 1) / m * m; }
+
+// Frees of at least this size give their pages back to the OS, so the host's resident memory
+// follows what the device holds.
+constexpr uint64_t kReleaseThreshold = 1ull << 20;
+
+}  // namespace
+
+DeviceMemory::DeviceMemory(uint64_t capacity) : capacity_(round_up(capacity, 4096)) {}
+
+DeviceMemory::~DeviceMemory() {
+  if (base_) munmap(base_, capacity_);
+}
+
+void DeviceMemory::reserve_locked() {
+  if (base_) return;
+  void* p = mmap(nullptr, capacity_, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    throw std::runtime_error("neuron runtime: cannot reserve " + std::to_string(capacity_) +
+                             " bytes of address space for device memory: " + std::strerror(errno));
+  }
+  base_ = static_cast<char*>(p);
+  insert_free_locked(0, capacity_);
+}
+
+void DeviceMemory::insert_free_locked(uint64_t offset, uint64_t size) {
+  free_by_offset_[offset] = size;
+  free_by_size_.insert({size, offset});
+}
+
+void DeviceMemory::erase_free_locked(uint64_t offset, uint64_t size) {
+  free_by_offset_.erase(offset);
+  free_by_size_.erase({size, offset});
+}
+
+void* DeviceMemory::allocate(size_t bytes) {
+  const uint64_t size = round_up(bytes ? bytes : 1, kAlignment);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (size > capacity_ - used_) return nullptr;
+  reserve_locked();
+  auto it = free_by_size_.lower_bound({size, 0});
+  if (it == free_by_size_.end()) return nullptr;  // fragmented
+  const auto [block_size, offset] = *it;
+  erase_free_locked(offset, block_size);
+  if (block_size > size) insert_free_locked(offset + size, block_size - size);
+  live_[offset] = size;
+  used_ += size;
+  return base_ + offset;
+}
+
+void DeviceMemory::free(void* ptr) {
+  if (!ptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t offset = static_cast<char*>(ptr) - base_;
+  auto live = live_.find(offset);
+  if (!base_ || live == live_.end()) {
+    throw std::invalid_argument("neuron runtime: free of a pointer that is not a live device allocation");
+  }
+  uint64_t start = offset, size = live->second;
+  live_.erase(live);
+  used_ -= size;
+  if (size >= kReleaseThreshold && !protected_) {
+    // Interior whole pages only: neighbours may share the first and last page.
+    const uint64_t lo = round_up(start, 4096), hi = (start + size) / 4096 * 4096;
+    if (hi > lo) madvise(base_ + lo, hi - lo, MADV_DONTNEED);
+  }
+  auto next = free_by_offset_.lower_bound(start);
+  if (next != free_by_offset_.end() && next->first == start + size) {
+    const uint64_t next_size = next->second;
+    erase_free_locked(next->first, next_size);
+    size += next_size;
+  }
+  auto prev = free_by_offset_.lower_bound(start);
+  if (prev != free_by_offset_.begin()) {
+    --prev;
+    if (prev->first + prev->second == start) {
+      const uint64_t prev_off = prev->first, prev_size = prev->second;
+      erase_free_locked(prev_off, prev_size);
+      start = prev_off;
+      size += prev_size;
+    }
+  }
+  insert_free_locked(start, size);
+}
+
+uint64_t DeviceMemory::used() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return used_;
+}
+
+uint64_t DeviceMemory::largest_free() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!base_) return capacity_;
+  return free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
+}
+
+bool DeviceMemory::contains(const void* ptr) const {
+  const char* p = static_cast<const char*>(ptr);
+  return base_ && p >= base_ && p < base_ + capacity_;
+}
+
+void DeviceMemory::set_host_access(bool accessible) {
+  std::lock_guard<std::mutex> lock(mu_);
+  reserve_locked();
+  protected_ = !accessible;
+  if (mprotect(base_, capacity_, accessible ? (PROT_READ | PROT_WRITE) : PROT_NONE) != 0) {
+    throw std::runtime_error(std::string("neuron runtime: mprotect failed: ") + std::strerror(errno));
+  }
+}
+
+}  // namespace neuronrt

@@ -1,0 +1,125 @@
+#include "neuronrt/profile.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+namespace neuronrt {
+namespace {
+
+// Figures from AWS's Trainium2/Trainium3 architecture pages (see shared/docs/trainium.md).
+const std::vector<ChipProfile>& profiles() {
+  static const std::vector<ChipProfile> all = {
+      {"trn2", "NeuronCore-v3", 8, 96 * kGiB, 2.9e12, 667e12, 181e12, 1299e12, 3.5e12, 1.28e12,
+       28ull << 20, 2ull << 20},
+      {"trn3", "NeuronCore-v4", 8, 144 * kGiB, 4.9e12, 671e12, 183e12, 2517e12, 3.5e12, 2.56e12,
+       32ull << 20, 2ull << 20},
+  };
+  return all;
+}
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? std::string(v) : fallback;
+}
+
+int parse_int(const std::string& text, const char* what) {
+  try {
+    size_t used = 0;
+    int v = std::stoi(text, &used);
+    if (used != text.size()) throw std::invalid_argument(text);
+    return v;
+  } catch (const std::exception&) {
+    throw std::invalid_argument(std::string(what) + ": expected an integer, got '" + text + "'");
+  }
+}
+
+}  // namespace
+
+const ChipProfile* find_profile(const std::string& name) {
+  for (const auto& p : profiles())
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+std::vector<std::string> profile_names() {
+  std::vector<std::string> names;
+  for (const auto& p : profiles()) names.push_back(p.name);
+  return names;
+}
+
+std::vector<int> parse_core_list(const std::string& spec, int limit) {
+  std::set<int> out;
+  std::stringstream ss(spec);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    auto dash = item.find('-');
+    int lo, hi;
+    if (dash == std::string::npos) {
+      lo = hi = parse_int(item, "NEURON_RT_VISIBLE_CORES");
+    } else {
+      lo = parse_int(item.substr(0, dash), "NEURON_RT_VISIBLE_CORES");
+      hi = parse_int(item.substr(dash + 1), "NEURON_RT_VISIBLE_CORES");
+    }
+    if (lo < 0 || hi < lo || hi >= limit) {
+      throw std::invalid_argument("NEURON_RT_VISIBLE_CORES: range '" + item +
+                                  "' is outside the " + std::to_string(limit) +
+                                  " logical cores of this instance");
+    }
+    for (int i = lo; i <= hi; ++i) out.insert(i);
+  }
+  if (out.empty()) throw std::invalid_argument("NEURON_RT_VISIBLE_CORES: '" + spec + "' names no core");
+  return {out.begin(), out.end()};
+}
+
+Topology Topology::make(const std::string& profile, int lnc, int chips,
+                        const std::string& visible_cores, uint64_t hbm_override) {
+  Topology t;
+  t.profile = find_profile(profile);
+  if (!t.profile) {
+    std::string known;
+    for (auto& n : profile_names()) known += (known.empty() ? "" : ", ") + n;
+    throw std::invalid_argument("TORCH_NEURONX_PROFILE: unknown profile '" + profile +
+                                "' (known: " + known + ")");
+  }
+  if (lnc != 1 && lnc != 2)
+    throw std::invalid_argument("NEURON_LOGICAL_NC_CONFIG must be 1 or 2, got " + std::to_string(lnc));
+  if (chips < 1 || chips > 64)
+    throw std::invalid_argument("TORCH_NEURONX_CHIPS must be in 1..64, got " + std::to_string(chips));
+  t.lnc = lnc;
+  t.chips = chips;
+  const int per_chip = t.logical_cores_per_chip();
+  const int total = per_chip * chips;
+  std::vector<int> visible;
+  if (visible_cores.empty()) {
+    for (int i = 0; i < total; ++i) visible.push_back(i);
+  } else {
+    visible = parse_core_list(visible_cores, total);
+  }
+  const uint64_t hbm = hbm_override ? hbm_override : t.profile->hbm_bytes / per_chip;
+  for (size_t i = 0; i < visible.size(); ++i) {
+    t.cores.push_back({static_cast<int>(i), visible[i], visible[i] / per_chip, hbm});
+  }
+  return t;
+}
+
+Topology Topology::from_env() {
+  const std::string profile = env_or("TORCH_NEURONX_PROFILE", "trn2");
+  const int lnc = parse_int(env_or("NEURON_LOGICAL_NC_CONFIG", "2"), "NEURON_LOGICAL_NC_CONFIG");
+  const int chips = parse_int(env_or("TORCH_NEURONX_CHIPS", "1"), "TORCH_NEURONX_CHIPS");
+  const std::string hbm = env_or("TORCH_NEURONX_HBM_BYTES", "");
+  uint64_t hbm_override = 0;
+  if (!hbm.empty()) {
+    try {
+      hbm_override = std::stoull(hbm);
+    } catch (const std::exception&) {
+      throw std::invalid_argument("TORCH_NEURONX_HBM_BYTES: expected a byte count, got '" + hbm + "'");
+    }
+  }
+  return make(profile, lnc, chips, env_or("NEURON_RT_VISIBLE_CORES", ""), hbm_override);
+}
+
+}  // namespace neuronrt

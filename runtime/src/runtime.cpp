@@ -1,0 +1,122 @@
+#include "neuronrt/runtime.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+namespace neuronrt {
+namespace {
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+
+}  // namespace
+
+RuntimeOptions RuntimeOptions::from_env() {
+  RuntimeOptions o;
+  o.topology = Topology::from_env();
+  o.launch_blocking = env_flag("NEURON_LAUNCH_BLOCKING");
+  o.sanitize = env_flag("TORCH_NEURONX_SANITIZE");
+  return o;
+}
+
+Runtime::Runtime(RuntimeOptions options) : opts_(std::move(options)) {
+  for (const auto& c : opts_.topology.cores) {
+    memory_.push_back(std::make_unique<DeviceMemory>(c.hbm_bytes));
+    queues_.emplace_back(kMaxQueuesPerDevice);
+  }
+  if (opts_.sanitize) {
+    for (auto& m : memory_) m->set_host_access(false);
+  }
+}
+
+Runtime::~Runtime() {
+  // Queues first: their workers may still be running tasks that touch device memory.
+  queues_.clear();
+}
+
+Runtime& Runtime::get() {
+  // Leaked on purpose: tensors freed during interpreter shutdown still return memory here.
+  static Runtime* rt = new Runtime(RuntimeOptions::from_env());
+  return *rt;
+}
+
+const LogicalCore& Runtime::core(int device) const {
+  if (device < 0 || device >= device_count()) {
+    throw std::out_of_range("neuron: invalid device index " + std::to_string(device) + " (" +
+                            std::to_string(device_count()) + " visible)");
+  }
+  return opts_.topology.cores[device];
+}
+
+DeviceMemory& Runtime::memory(int device) {
+  core(device);
+  return *memory_[device];
+}
+
+Queue& Runtime::queue(int device, int id) {
+  core(device);
+  if (id < 0 || id >= kMaxQueuesPerDevice) {
+    throw std::out_of_range("neuron: invalid queue id " + std::to_string(id));
+  }
+  std::lock_guard<std::mutex> lock(queues_mu_);
+  auto& slot = queues_[device][id];
+  if (!slot) {
+    QueueOptions qo;
+    qo.name = "neuron:" + std::to_string(device) + " stream " + std::to_string(id);
+    // The sanitizer keeps device memory closed whenever no task runs, so the host may only
+    // run while tasks are not: every submit waits.
+    qo.blocking = opts_.launch_blocking || opts_.sanitize;
+    if (opts_.sanitize) {
+      qo.enter = [this] { enter_task(); };
+      qo.leave = [this] { leave_task(); };
+    }
+    slot = std::make_unique<Queue>(std::move(qo));
+  }
+  return *slot;
+}
+
+void Runtime::enter_task() {
+  std::lock_guard<std::mutex> lock(guard_mu_);
+  if (guard_depth_++ == 0)
+    for (auto& m : memory_) m->set_host_access(true);
+}
+
+void Runtime::leave_task() {
+  std::lock_guard<std::mutex> lock(guard_mu_);
+  if (--guard_depth_ == 0)
+    for (auto& m : memory_) m->set_host_access(false);
+}
+
+void Runtime::synchronize_device(int device) {
+  core(device);
+  std::vector<Queue*> qs;
+  {
+    std::lock_guard<std::mutex> lock(queues_mu_);
+    for (auto& q : queues_[device])
+      if (q) qs.push_back(q.get());
+  }
+  for (Queue* q : qs) q->synchronize();
+}
+
+void Runtime::synchronize_all() {
+  for (int d = 0; d < device_count(); ++d) synchronize_device(d);
+}
+
+int Runtime::device_of(const void* ptr) const {
+  for (size_t d = 0; d < memory_.size(); ++d)
+    if (memory_[d]->contains(ptr)) return static_cast<int>(d);
+  return -1;
+}
+
+uint64_t Runtime::copy_async(Queue& queue, void* dst, const void* src, size_t bytes, int direction) {
+  auto& counter = direction == kHostToDevice   ? counters_.h2d_bytes
+                  : direction == kDeviceToHost ? counters_.d2h_bytes
+                                               : counters_.d2d_bytes;
+  counter.fetch_add(bytes, std::memory_order_relaxed);
+  return queue.submit("memcpy", [dst, src, bytes] { std::memcpy(dst, src, bytes); });
+}
+
+}  // namespace neuronrt

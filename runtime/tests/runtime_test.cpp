@@ -1,0 +1,199 @@
+#include <gtest/gtest.h>
+#include <setjmp.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "neuronrt/runtime.h"
+
+using namespace neuronrt;
+
+TEST(Profile, Trn2DefaultsToFourLogicalCoresOf24GiB) {
+  auto t = Topology::make("trn2", 2, 1, "");
+  ASSERT_EQ(t.cores.size(), 4u);
+  EXPECT_EQ(t.cores[0].hbm_bytes, 24 * kGiB);
+  EXPECT_EQ(t.profile->physical_cores, 8);
+}
+
+TEST(Profile, Trn3AndLnc1) {
+  auto t3 = Topology::make("trn3", 2, 1, "");
+  EXPECT_EQ(t3.cores[0].hbm_bytes, 36 * kGiB);
+  auto t1 = Topology::make("trn2", 1, 2, "");
+  EXPECT_EQ(t1.cores.size(), 16u);
+  EXPECT_EQ(t1.cores[0].hbm_bytes, 12 * kGiB);
+  EXPECT_EQ(t1.cores[15].chip, 1);
+}
+
+TEST(Profile, VisibleCoresNarrow) {
+  auto t = Topology::make("trn2", 2, 2, "3,5-6");
+  ASSERT_EQ(t.cores.size(), 3u);
+  EXPECT_EQ(t.cores[0].global_index, 3);
+  EXPECT_EQ(t.cores[1].index, 1);
+  EXPECT_EQ(t.cores[2].global_index, 6);
+  EXPECT_EQ(t.cores[2].chip, 1);
+}
+
+TEST(Profile, BadSettingsNameTheProblem) {
+  EXPECT_THROW(Topology::make("trn1", 2, 1, ""), std::invalid_argument);
+  EXPECT_THROW(Topology::make("trn2", 3, 1, ""), std::invalid_argument);
+  try {
+    Topology::make("trn2", 2, 1, "0-9");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("NEURON_RT_VISIBLE_CORES"), std::string::npos);
+  }
+}
+
+TEST(Memory, CapacityIsEnforcedAndFreesCoalesce) {
+  DeviceMemory m(1 << 20);
+  void* a = m.allocate(600 << 10);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(m.allocate(600 << 10), nullptr);  // would exceed capacity
+  void* b = m.allocate(100 << 10);
+  ASSERT_NE(b, nullptr);
+  m.free(a);
+  m.free(b);
+  EXPECT_EQ(m.used(), 0u);
+  EXPECT_EQ(m.largest_free(), 1u << 20);  // coalesced back into one range
+  void* c = m.allocate(1 << 20);
+  EXPECT_NE(c, nullptr);
+  EXPECT_TRUE(m.contains(c));
+  m.free(c);
+}
+
+TEST(Memory, HugeCapacityIsOnlyReserved) {
+  DeviceMemory m(24 * kGiB);
+  void* p = m.allocate(20 * kGiB);  // address space only; nothing is touched
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(m.allocate(8 * kGiB), nullptr);
+  m.free(p);
+  EXPECT_THROW(m.free(p), std::invalid_argument);
+}
+
+TEST(Queue, RunsInOrderAsynchronously) {
+  Queue q({"test", false, nullptr, nullptr});
+  std::vector<int> order;
+  std::atomic<bool> gate{false};
+  q.submit("wait", [&] {
+    while (!gate.load()) std::this_thread::yield();
+    order.push_back(1);
+  });
+  q.submit("second", [&] { order.push_back(2); });
+  EXPECT_FALSE(q.query());  // submit returned before the work ran
+  gate = true;
+  q.synchronize();
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  EXPECT_TRUE(q.query());
+}
+
+TEST(Queue, TaskErrorSurfacesAtSynchronizeWithItsName) {
+  Queue q({"neuron:0 stream 0", false, nullptr, nullptr});
+  q.submit("aten::broken", [] { throw std::runtime_error("bad shape"); });
+  try {
+    q.synchronize();
+    FAIL() << "error was lost";
+  } catch (const TaskError& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("aten::broken"), std::string::npos);
+    EXPECT_NE(msg.find("bad shape"), std::string::npos);
+  }
+  q.synchronize();  // reported once; the queue stays usable
+  int x = 0;
+  q.submit("ok", [&] { x = 7; });
+  q.synchronize();
+  EXPECT_EQ(x, 7);
+}
+
+TEST(Queue, BlockingModeWaitsForEachTask) {
+  Queue q({"blocking", true, nullptr, nullptr});
+  int x = 0;
+  q.submit("set", [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    x = 1;
+  });
+  EXPECT_EQ(x, 1);
+}
+
+TEST(Event, OrdersTwoQueues) {
+  Queue producer({"p", false, nullptr, nullptr}), consumer({"c", false, nullptr, nullptr});
+  std::atomic<bool> gate{false};
+  int value = 0, seen = -1;
+  producer.submit("slow", [&] {
+    while (!gate.load()) std::this_thread::yield();
+    value = 42;
+  });
+  Event done;
+  done.record(producer);
+  done.block(consumer);
+  consumer.submit("read", [&] { seen = value; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_FALSE(done.query());
+  EXPECT_FALSE(consumer.query());
+  gate = true;
+  consumer.synchronize();
+  EXPECT_EQ(seen, 42);
+  EXPECT_TRUE(done.query());
+}
+
+TEST(Event, ElapsedTime) {
+  Queue q({"t", false, nullptr, nullptr});
+  Event a(true), b(true);
+  a.record(q);
+  q.submit("sleep", [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); });
+  b.record(q);
+  b.synchronize();
+  EXPECT_GE(b.elapsed_ms_since(a), 15.0);
+  Event untimed;
+  untimed.record(q);
+  untimed.synchronize();
+  EXPECT_THROW(untimed.elapsed_ms_since(a), std::invalid_argument);
+}
+
+TEST(Runtime, CopiesAreQueuedAndCounted) {
+  RuntimeOptions o;
+  o.topology = Topology::make("trn2", 2, 1, "0-1");
+  Runtime rt(o);
+  ASSERT_EQ(rt.device_count(), 2);
+  std::vector<float> host(1024, 3.0f), back(1024, 0.0f);
+  void* dev = rt.memory(1).allocate(host.size() * sizeof(float));
+  EXPECT_EQ(rt.device_of(dev), 1);
+  EXPECT_EQ(rt.device_of(host.data()), -1);
+  Queue& q = rt.queue(1, 0);
+  rt.copy_async(q, dev, host.data(), 4096, Runtime::kHostToDevice);
+  rt.copy_async(q, back.data(), dev, 4096, Runtime::kDeviceToHost);
+  rt.synchronize_device(1);
+  EXPECT_EQ(back[1023], 3.0f);
+  EXPECT_EQ(rt.counters().h2d_bytes.load(), 4096u);
+  rt.memory(1).free(dev);
+  EXPECT_THROW(rt.queue(5, 0), std::out_of_range);
+}
+
+static sigjmp_buf g_jump;
+static void on_segv(int) { siglongjmp(g_jump, 1); }
+
+TEST(Runtime, SanitizerCatchesHostAccessOutsideTasks) {
+  RuntimeOptions o;
+  o.topology = Topology::make("trn2", 2, 1, "0", 1 << 20);
+  o.sanitize = true;
+  Runtime rt(o);
+  auto* p = static_cast<volatile int*>(rt.memory(0).allocate(4096));
+  rt.queue(0, 0).submit("write", [p] { p[0] = 5; });  // inside a task: allowed
+  int seen = 0;
+  rt.queue(0, 0).submit("read", [p, &seen] { seen = p[0]; });
+  EXPECT_EQ(seen, 5);
+  struct sigaction sa {}, old {};
+  sa.sa_handler = on_segv;
+  sigaction(SIGSEGV, &sa, &old);
+  bool caught = false;
+  if (sigsetjmp(g_jump, 1) == 0) {
+    p[0] = 1;  // host access outside a task
+  } else {
+    caught = true;
+  }
+  sigaction(SIGSEGV, &old, nullptr);
+  EXPECT_TRUE(caught);
+}

@@ -1,0 +1,292 @@
+"""`torch.neuron`: the device module, mirroring `torch.cuda`."""
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+import torch
+
+from . import _C
+from .memory import (  # noqa: F401  (re-exported as torch.neuron.*)
+    empty_cache,
+    max_memory_allocated,
+    max_memory_reserved,
+    mem_get_info,
+    memory_allocated,
+    memory_reserved,
+    memory_stats,
+    memory_summary,
+    reset_accumulated_memory_stats,
+    reset_peak_memory_stats,
+)
+
+_device_t = Union[torch.device, str, int, None]
+_initialized_in_parent = False
+_in_bad_fork = False
+
+
+def _after_fork_in_child():
+    global _in_bad_fork
+    # The runtime's queue workers do not survive fork; a child must not use the parent's device.
+    _in_bad_fork = _initialized_in_parent
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _is_in_bad_fork() -> bool:
+    return _in_bad_fork
+
+
+def _lazy_init() -> None:
+    global _initialized_in_parent
+    if _in_bad_fork:
+        raise RuntimeError(
+            "neuron: cannot use the neuron device in a forked subprocess after the parent used it; "
+            "use the 'spawn' start method"
+        )
+    err = _C._runtime_error()
+    if err:
+        raise RuntimeError(f"neuron: the runtime failed to start: {err}")
+    _initialized_in_parent = True
+
+
+init = _lazy_init
+
+
+def is_initialized() -> bool:
+    return _initialized_in_parent
+
+
+def is_available() -> bool:
+    return device_count() > 0
+
+
+def device_count() -> int:
+    return _C._device_count()
+
+
+def _index(device: _device_t, optional: bool = True) -> int:
+    if device is None:
+        return current_device()
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    if device.type != "neuron":
+        raise ValueError(f"neuron: expected a neuron device, got {device}")
+    return current_device() if device.index is None else device.index
+
+
+def current_device() -> int:
+    return _C._current_device()
+
+
+def set_device(device: _device_t) -> None:
+    idx = _index(device)
+    if idx >= 0:
+        _C._set_device(idx)
+
+
+class device:
+    """Context manager that changes the current neuron device."""
+
+    def __init__(self, device: _device_t):
+        self.idx = _index(device) if device is not None else -1
+        self.prev = -1
+
+    def __enter__(self):
+        if self.idx >= 0:
+            self.prev = current_device()
+            _C._set_device(self.idx)
+
+    def __exit__(self, *exc):
+        if self.prev >= 0:
+            _C._set_device(self.prev)
+        return False
+
+
+class device_of(device):
+    def __init__(self, obj):
+        super().__init__(obj.get_device() if obj.device.type == "neuron" else None)
+
+
+def synchronize(device: _device_t = None) -> None:
+    """Waits for all work on all streams of the device; raises a failure of queued work."""
+    _lazy_init()
+    _C._synchronize(_index(device))
+
+
+@dataclass(frozen=True)
+class _NeuronDeviceProperties:
+    name: str
+    profile: str
+    core_version: str
+    total_memory: int
+    logical_core: int
+    chip: int
+    lnc: int
+    physical_cores_per_chip: int
+    logical_cores_per_chip: int
+    hbm_bytes_per_s: float
+    dense_bf16_flops: float
+    dense_fp32_flops: float
+    sbuf_bytes: int
+    psum_bytes: int
+    type: str = "neuron"
+
+
+def get_device_properties(device: _device_t = None) -> _NeuronDeviceProperties:
+    _lazy_init()
+    return _NeuronDeviceProperties(**_C._device_properties(_index(device)))
+
+
+def get_device_name(device: _device_t = None) -> str:
+    return get_device_properties(device).name
+
+
+def get_device_capability(device: _device_t = None) -> tuple:
+    return (3, 0) if get_device_properties(device).profile == "trn2" else (4, 0)
+
+
+# ---- streams and events ----------------------------------------------------------------------
+
+
+class Stream(torch.Stream):
+    """A neuron stream: an in-order queue of the device. Lower priority numbers run first."""
+
+    def __new__(cls, device: _device_t = None, priority: int = 0, **kwargs):
+        if "stream_id" in kwargs:
+            return super().__new__(cls, **kwargs)
+        with globals()["device"](device):
+            return super().__new__(cls, device=torch.device("neuron", current_device()), priority=priority)
+
+    @property
+    def priority(self) -> int:
+        return _C._stream_priority(self.stream_id)
+
+    def wait_stream(self, stream: torch.Stream) -> None:
+        self.wait_event(stream.record_event())
+
+    def __repr__(self):
+        return f"<torch.neuron.Stream device=neuron:{self.device_index} stream_id={self.stream_id}>"
+
+
+class Event(torch.Event):
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        return super().__new__(cls, device="neuron", enable_timing=enable_timing, blocking=blocking,
+                               interprocess=interprocess)
+
+
+def _wrap(s: torch.Stream) -> Stream:
+    return Stream(stream_id=s.stream_id, device_index=s.device_index, device_type=s.device_type)
+
+
+def current_stream(device: _device_t = None) -> Stream:
+    _lazy_init()
+    return _wrap(torch._C._accelerator_getStream(_index(device)))
+
+
+def default_stream(device: _device_t = None) -> Stream:
+    _lazy_init()
+    cur = current_stream(device)
+    return Stream(stream_id=0, device_index=cur.device_index, device_type=cur.device_type)
+
+
+def set_stream(stream: torch.Stream) -> None:
+    if stream is None:
+        return
+    torch._C._accelerator_setStream(stream)
+
+
+@contextlib.contextmanager
+def stream(s: Optional[torch.Stream]):
+    """Makes `s` the current stream of its device inside the block."""
+    if s is None:
+        yield
+        return
+    prev = current_stream(s.device_index)
+    prev_device = current_device()
+    _C._set_device(s.device_index)
+    set_stream(s)
+    try:
+        yield
+    finally:
+        set_stream(prev)
+        _C._set_device(prev_device)
+
+
+# ---- random number generation ---------------------------------------------------------------
+
+
+def _generators():
+    global default_generators
+    if not default_generators:
+        default_generators = tuple(_C._default_generator(i) for i in range(device_count()))
+    return default_generators
+
+
+default_generators: tuple = ()
+
+
+def get_rng_state(device: _device_t = None) -> torch.Tensor:
+    return _generators()[_index(device)].get_state()
+
+
+def get_rng_state_all() -> list:
+    return [g.get_state() for g in _generators()]
+
+
+def set_rng_state(new_state: torch.Tensor, device: _device_t = None) -> None:
+    _generators()[_index(device)].set_state(new_state.cpu())
+
+
+def set_rng_state_all(new_states) -> None:
+    for i, s in enumerate(new_states):
+        set_rng_state(s, i)
+
+
+def manual_seed(seed: int) -> None:
+    _generators()[current_device()].manual_seed(int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    for g in _generators():
+        g.manual_seed(int(seed))
+
+
+def seed() -> None:
+    _generators()[current_device()].seed()
+
+
+def seed_all() -> None:
+    s = _generators()[0].seed()
+    for g in _generators()[1:]:
+        g.manual_seed(s)
+
+
+def initial_seed() -> int:
+    return _generators()[current_device()].initial_seed()
+
+
+# ---- dtypes and autocast ---------------------------------------------------------------------
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return True
+
+
+def get_amp_supported_dtype() -> list:
+    # Trainium computes in bf16 natively; fp16 is supported by the hardware too.
+    return [torch.bfloat16, torch.float16]
+
+
+def _get_device_index(device: Any, optional: bool = False) -> int:
+    return _index(device)
+
+
+def runtime_config() -> dict:
+    """How the software NeuronCore was configured (profile, launch blocking, sanitizer) and its
+    copy counters."""
+    return dict(_C._runtime_config())
