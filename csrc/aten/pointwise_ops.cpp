@@ -261,6 +261,10 @@ NX_FIO(addcmul, "addcmul", "addcmul_", "addcmul.out", structured_addcmul, addcmu
        (, const Tensor& t1, const Tensor& t2, const Scalar& value), (, t1, t2, value))
 NX_FIO(addcdiv, "addcdiv", "addcdiv_", "addcdiv.out", structured_addcdiv, addcdiv_out,
        (, const Tensor& t1, const Tensor& t2, const Scalar& value), (, t1, t2, value))
+NX_FIO(clamp, "clamp", "clamp_", "clamp.out", structured_clamp, clamp_out,
+       (, const std::optional<Scalar>& min, const std::optional<Scalar>& max), (, min, max))
+NX_FIO(clamp_t, "clamp.Tensor", "clamp_.Tensor", "clamp.Tensor_out", structured_clamp_Tensor, clamp_out,
+       (, const std::optional<Tensor>& min, const std::optional<Tensor>& max), (, min, max))
 NX_FIO(clamp_min, "clamp_min", "clamp_min_", "clamp_min.out", structured_clamp_min, clamp_min_out,
        (, const Scalar& min), (, min))
 NX_FIO(clamp_max, "clamp_max", "clamp_max_", "clamp_max.out", structured_clamp_max, clamp_max_out,

@@ -61,6 +61,16 @@ inline at::OptionalIntArrayRef pass(const std::optional<std::vector<int64_t>>& v
   return at::IntArrayRef(*v);
 }
 
+// Structured meta functions take optional tensors and scalars by reference wrappers.
+template <class T>
+const T& meta_arg(const T& v) { return v; }
+inline at::OptionalTensorRef meta_arg(const std::optional<at::Tensor>& t) {
+  return t.has_value() && t->defined() ? at::OptionalTensorRef(*t) : at::OptionalTensorRef();
+}
+inline at::OptionalScalarRef meta_arg(const std::optional<c10::Scalar>& s) {
+  return s.has_value() ? at::OptionalScalarRef(&*s) : at::OptionalScalarRef();
+}
+
 // Checks CUDA makes in its kernels: one device for all tensor arguments (0-dim CPU tensors are
 // allowed as scalars).
 void check_tensor_devices(const char* op, std::initializer_list<const at::TensorBase*> tensors);
@@ -149,7 +159,7 @@ template <class Meta, size_t N = 1, class Kernel, class... Args>
 std::array<at::Tensor, N> structured_functional(const char* name, Kernel kernel, const Args&... args) {
   FunctionalOp<Meta, N> op;
   op.device = check_args(name, args...);
-  op.meta(args...);
+  op.meta(meta_arg(args)...);
   queue_kernel<N>(op.device, name, kernel, op.outputs_, args...);
   return op.outputs_;
 }
@@ -158,7 +168,7 @@ template <class Meta, class Kernel, class... Args>
 at::Tensor& structured_inplace(const char* name, Kernel kernel, at::Tensor& self, const Args&... args) {
   OutOp<Meta, 1> op(self);
   const auto device = check_args(name, self, args...);
-  op.meta(self, args...);
+  op.meta(self, meta_arg(args)...);
   // One CPU view serves as both output and input, so the kernel sees a true in-place call.
   launch(device, name, [kernel, v = cpu_view(self), captured = std::make_tuple(capture(args)...)]() mutable {
     std::apply([&](auto&... a) { kernel(v, v, pass(a)...); }, captured);
@@ -170,7 +180,7 @@ template <class Meta, size_t N = 1, class Kernel, class Outs, class... Args>
 void structured_out(const char* name, Kernel kernel, const Outs& outs, const Args&... args) {
   auto op = std::apply([](const auto&... o) { return OutOp<Meta, N>(o...); }, outs);
   const auto device = std::apply([&](const auto&... o) { return check_args(name, o..., args...); }, outs);
-  op.meta(args...);
+  op.meta(meta_arg(args)...);
   std::array<at::Tensor, N> arr = std::apply([](const auto&... o) { return std::array<at::Tensor, N>{o...}; }, outs);
   queue_kernel<N>(device, name, kernel, arr, args...);
 }

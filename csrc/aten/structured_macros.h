@@ -41,3 +41,19 @@
     m.impl(SF, TORCH_FN(ID##_functional));                                                             \
     m.impl(SO, TORCH_FN(ID##_out));                                                                    \
   }
+
+// Two outputs (values and indices, output and total_weight...).
+#define NX_FO2(ID, SF, SO, META, CPUFN, PARAMS, ARGS)                                                 \
+  std::tuple<at::Tensor, at::Tensor> ID##_functional(NX_EXPAND PARAMS) {                              \
+    auto o = structured_functional<at::meta::META, 2>("aten::" SF, NX_CPU_OUT(CPUFN), NX_EXPAND ARGS); \
+    return {o[0], o[1]};                                                                               \
+  }                                                                                                    \
+  std::tuple<at::Tensor&, at::Tensor&> ID##_out(NX_EXPAND PARAMS, at::Tensor& a, at::Tensor& b) {     \
+    structured_out<at::meta::META, 2>("aten::" SO, NX_CPU_OUT(CPUFN), std::forward_as_tuple(a, b),    \
+                                      NX_EXPAND ARGS);                                                 \
+    return {a, b};                                                                                     \
+  }                                                                                                    \
+  TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {                                                           \
+    m.impl(SF, TORCH_FN(ID##_functional));                                                             \
+    m.impl(SO, TORCH_FN(ID##_out));                                                                    \
+  }

@@ -1,0 +1,48 @@
+# `make demo` and `make test` do all set-up on a fresh machine: system packages (root), a .venv
+# with exact pins, the C++ build (incremental, ccache), then run.
+VENV    := .venv
+PY      := $(VENV)/bin/python
+PIP     := $(VENV)/bin/pip
+STAMP   := $(VENV)/.requirements-stamp
+RT_BUILD := build/runtime-tests
+
+.PHONY: all sysdeps venv install runtime-tests test test-runtime test-python demo bench conformance clean
+
+all: install
+
+sysdeps:
+	@if ! dpkg -s libgtest-dev >/dev/null 2>&1 || ! command -v ccache >/dev/null 2>&1; then \
+	  echo "installing system packages (libgtest-dev, ccache)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libgtest-dev ccache >/dev/null; \
+	fi
+
+$(STAMP): requirements.txt
+	python3 -m venv $(VENV)
+	$(PIP) install -q --disable-pip-version-check -r requirements.txt
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+install: sysdeps venv
+	$(PIP) install -q --disable-pip-version-check --no-build-isolation --no-deps .
+
+runtime-tests: sysdeps
+	cmake -S . -B $(RT_BUILD) -G Ninja -DNEURONX_BUILD_EXTENSION=OFF -DNEURONX_BUILD_TESTS=ON >/dev/null
+	cmake --build $(RT_BUILD)
+
+test-runtime: runtime-tests
+	$(RT_BUILD)/runtime_tests --gtest_brief=1
+
+test-python: install
+	$(VENV)/bin/pytest tests -q -x -p no:cacheprovider
+
+test: test-runtime test-python
+
+demo: install
+	$(PY) -P -m torch_neuronx.demo
+
+bench: install
+	$(PY) -P benchmarks/eager.py
+
+clean:
+	rm -rf build $(VENV)

@@ -1,0 +1,53 @@
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+assert torch.neuron.is_available(), "the neuron device must autoload with `import torch`"
+
+
+def to_cpu(x):
+    if isinstance(x, torch.Tensor):
+        return x.cpu()
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_cpu(v) for v in x)
+    return x
+
+
+def to_neuron(x):
+    if isinstance(x, torch.Tensor):
+        return x.to("neuron")
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_neuron(v) for v in x)
+    return x
+
+
+def assert_same(neuron_out, cpu_out, **tol):
+    """Values, dtype and shape of a neuron result against the CPU result."""
+    if isinstance(cpu_out, (list, tuple)):
+        assert len(neuron_out) == len(cpu_out)
+        for a, b in zip(neuron_out, cpu_out):
+            assert_same(a, b, **tol)
+        return
+    if isinstance(cpu_out, torch.Tensor):
+        assert isinstance(neuron_out, torch.Tensor) and neuron_out.device.type == "neuron", neuron_out
+        torch.testing.assert_close(neuron_out.cpu(), cpu_out, **tol)
+    else:
+        assert neuron_out == cpu_out
+
+
+def run_python(code: str, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh interpreter (for settings read once per process)."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    # -P: the repository root must not shadow the installed package (it has no built extension).
+    return subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, env=full_env,
+                          timeout=timeout)
+
+
+@pytest.fixture(autouse=True)
+def _sync_after_test():
+    yield
+    torch.neuron.synchronize()
