@@ -6,7 +6,34 @@ Without Trainium hardware the device is the software NeuronCore built into the e
 """
 import torch
 
-from . import _C  # noqa: F401  (registers the device's kernels, allocator and hooks)
+
+def _load_extension():
+    """The built extension registers the device's kernels, allocator and hooks. Run from a source
+    checkout (which has no built extension), this finds the installed one."""
+    try:
+        from . import _C
+
+        return _C
+    except ImportError:
+        import glob
+        import importlib.util
+        import os
+        import sys
+
+        here = os.path.dirname(os.path.abspath(__file__))
+        for entry in sys.path:
+            for path in glob.glob(os.path.join(entry or ".", "torch_neuronx", "_C*.so")):
+                if os.path.dirname(os.path.abspath(path)) == here:
+                    continue
+                spec = importlib.util.spec_from_file_location(__name__ + "._C", path)
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[spec.name] = module
+                spec.loader.exec_module(module)
+                return module
+        raise
+
+
+_C = _load_extension()
 
 if torch._C._get_privateuse1_backend_name() != "neuron":
     torch.utils.rename_privateuse1_backend("neuron")
@@ -18,6 +45,24 @@ if not hasattr(torch, "neuron"):
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
+
+
+def _install_printing():
+    # torch formats tensor values through float64, which Trainium lacks (and would warn about);
+    # the values are formatted from a host copy instead, the device suffix stays.
+    import torch._tensor_str as ts
+
+    inner = ts._tensor_str
+
+    def _tensor_str(self, indent):
+        if self.device.type == "neuron":
+            self = self.cpu()
+        return inner(self, indent)
+
+    ts._tensor_str = _tensor_str
+
+
+_install_printing()
 
 from .ops import get_fallback_ops, get_generic_ops, reset_fallback_ops  # noqa: E402
 

@@ -166,17 +166,14 @@ class Stream(torch.Stream):
     def priority(self) -> int:
         return _C._stream_priority(self.stream_id)
 
-    def wait_stream(self, stream: torch.Stream) -> None:
-        self.wait_event(stream.record_event())
-
     def __repr__(self):
         return f"<torch.neuron.Stream device=neuron:{self.device_index} stream_id={self.stream_id}>"
 
 
-class Event(torch.Event):
-    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
-        return super().__new__(cls, device="neuron", enable_timing=enable_timing, blocking=blocking,
-                               interprocess=interprocess)
+def Event(enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> torch.Event:
+    """A neuron event (a torch.Event on the current neuron device)."""
+    return torch.Event(device=torch.device("neuron", current_device()), enable_timing=enable_timing,
+                       blocking=blocking, interprocess=interprocess)
 
 
 def _wrap(s: torch.Stream) -> Stream:

@@ -65,6 +65,7 @@ struct RedirectScope {
 
 struct Translation {
   c10::DeviceIndex device = -1;
+  bool has_host_tensor = false;  // a CPU tensor that is not a 0-dim scalar
   // device storage -> CPU alias storage over the same memory
   std::unordered_map<c10::StorageImpl*, c10::Storage> storages;
   std::unordered_map<c10::StorageImpl*, c10::StorageImpl*> alias_to_device;
@@ -79,6 +80,10 @@ void note_device(Translation& tr, const at::Tensor& t, const c10::OperatorHandle
   if (tr.device < 0) tr.device = idx;
   TORCH_CHECK(tr.device == idx, "Expected all tensors to be on the same device, but found at least two devices, neuron:",
               static_cast<int>(tr.device), " and neuron:", static_cast<int>(idx), "! (in ", op.schema().name(), ")");
+}
+
+void note_host(Translation& tr, const at::Tensor& t) {
+  if (t.defined() && t.device().is_cpu() && t.dim() > 0) tr.has_host_tensor = true;
 }
 
 at::Tensor to_alias(Translation& tr, const at::Tensor& t, bool is_write) {
@@ -106,6 +111,7 @@ bool is_neuron(const at::Tensor& t) { return t.defined() && t.device().type() ==
 c10::IValue translate_arg(Translation& tr, const c10::IValue& v, bool is_write, const c10::OperatorHandle& op) {
   if (v.isTensor()) {
     const auto& t = v.toTensor();
+    note_host(tr, t);
     if (!is_neuron(t)) return v;
     note_device(tr, t, op);
     return to_alias(tr, t, is_write);
@@ -119,6 +125,7 @@ c10::IValue translate_arg(Translation& tr, const c10::IValue& v, bool is_write, 
         note_device(tr, t, op);
         out.push_back(to_alias(tr, t, is_write));
       } else {
+        note_host(tr, t);
         out.push_back(t);
       }
     }
@@ -225,16 +232,12 @@ void run_generic(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t nargs = schema.arguments().size();
   Translation tr;
   c10::IValue* args = stack->data() + (stack->size() - nargs);
-  bool has_cpu_tensor = false;
   for (size_t i = 0; i < nargs; ++i) {
     const auto& info = schema.arguments()[i].alias_info();
     const bool is_write = info && info->isWrite();
-    if (args[i].isTensor() && args[i].toTensor().defined() && args[i].toTensor().device().is_cpu() &&
-        args[i].toTensor().dim() > 0)
-      has_cpu_tensor = true;
     args[i] = translate_arg(tr, args[i], is_write, op);
   }
-  TORCH_CHECK(!(has_cpu_tensor && !tr.alias_to_original.empty()),
+  TORCH_CHECK(!(tr.has_host_tensor && !tr.alias_to_original.empty()),
               "Expected all tensors to be on the same device, but found at least two devices, neuron:",
               static_cast<int>(tr.device), " and cpu! (in ", schema.name(), ")");
   if (tr.device < 0) tr.device = current_device();

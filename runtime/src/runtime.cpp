@@ -1,11 +1,35 @@
 #include "neuronrt/runtime.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
 namespace neuronrt {
 namespace {
+
+const Runtime* g_sanitized = nullptr;
+struct sigaction g_previous_segv;
+
+// Names the fault when the host touched device memory, then lets the default action end the
+// process (the access re-faults once the handler is gone).
+void on_segv(int sig, siginfo_t* info, void* ctx) {
+  const int device = g_sanitized ? g_sanitized->device_of(info->si_addr) : -1;
+  if (device >= 0) {
+    char msg[160];
+    const int n = snprintf(msg, sizeof msg,
+                           "neuron sanitizer: host access to neuron device memory at %p (neuron:%d) outside "
+                           "a queued task\n", info->si_addr, device);
+    if (n > 0) (void)!write(2, msg, static_cast<size_t>(n));
+    signal(SIGSEGV, SIG_DFL);
+    return;
+  }
+  sigaction(SIGSEGV, &g_previous_segv, nullptr);
+  (void)sig;
+  (void)ctx;
+}
 
 bool env_flag(const char* name) {
   const char* v = std::getenv(name);
@@ -29,6 +53,13 @@ Runtime::Runtime(RuntimeOptions options) : opts_(std::move(options)) {
   }
   if (opts_.sanitize) {
     for (auto& m : memory_) m->set_host_access(false);
+    if (!g_sanitized) {
+      g_sanitized = this;
+      struct sigaction sa {};
+      sa.sa_sigaction = on_segv;
+      sa.sa_flags = SA_SIGINFO;
+      sigaction(SIGSEGV, &sa, &g_previous_segv);
+    }
   }
 }
 
