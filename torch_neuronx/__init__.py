@@ -4,7 +4,15 @@ Importing this package (which `import torch` does by itself through the `torch.b
 point, unless TORCH_DEVICE_BACKEND_AUTOLOAD=0) registers the `neuron` device and `torch.neuron`.
 Without Trainium hardware the device is the software NeuronCore built into the extension.
 """
-import torch
+
+
+def _autoload():
+    """Entry point of the `torch.backends` group: importing the package does the work. Defined
+    before `import torch` because importing this package first makes torch autoload it while
+    it is still initialising."""
+
+
+import torch  # noqa: E402
 
 
 def _load_extension():
@@ -68,7 +76,3 @@ from .ops import get_fallback_ops, get_generic_ops, reset_fallback_ops  # noqa: 
 
 __version__ = "0.1.0"
 __all__ = ["get_fallback_ops", "reset_fallback_ops", "get_generic_ops"]
-
-
-def _autoload():
-    """Entry point of the `torch.backends` group: importing the package did the work."""
