@@ -22,8 +22,7 @@ void check_trainium_dtype(c10::ScalarType dtype);
 // A CPU tensor over the same device memory (shares no ownership: the device storage must stay
 // alive, which stream order guarantees for work queued on the stream that allocated it).
 at::Tensor cpu_view(const at::Tensor& t);
-// A CPU tensor that aliases `storage` with `t`'s sizes, strides and offset; `storage` is a CPU
-// storage over t's device memory made by cpu_storage_alias.
+// A non-owning, non-resizable CPU storage over the same bytes as `device_storage`.
 c10::Storage cpu_storage_alias(const c10::Storage& device_storage);
 
 // Queues `fn` on the current stream of `device`.
