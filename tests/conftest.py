@@ -8,14 +8,6 @@ import torch
 assert torch.neuron.is_available(), "the neuron device must autoload with `import torch`"
 
 
-def to_cpu(x):
-    if isinstance(x, torch.Tensor):
-        return x.cpu()
-    if isinstance(x, (list, tuple)):
-        return type(x)(to_cpu(v) for v in x)
-    return x
-
-
 def to_neuron(x):
     if isinstance(x, torch.Tensor):
         return x.to("neuron")

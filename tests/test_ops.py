@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_neuronx
-from conftest import assert_same, to_cpu, to_neuron
+from conftest import assert_same, to_neuron
 
 torch.manual_seed(0)
 A = torch.randn(4, 5)

@@ -4,19 +4,11 @@ from __future__ import annotations
 import torch
 
 from . import _C
-
-
-def _idx(device) -> int:
-    if device is None:
-        return _C._current_device()
-    if isinstance(device, int):
-        return device
-    d = torch.device(device)
-    return _C._current_device() if d.index is None else d.index
+from ._device import device_index
 
 
 def memory_stats(device=None) -> dict:
-    return torch.accelerator.memory_stats(_idx(device))
+    return torch.accelerator.memory_stats(device_index(device))
 
 
 def memory_allocated(device=None) -> int:
@@ -36,11 +28,11 @@ def max_memory_reserved(device=None) -> int:
 
 
 def reset_peak_memory_stats(device=None) -> None:
-    torch.accelerator.reset_peak_memory_stats(_idx(device))
+    torch.accelerator.reset_peak_memory_stats(device_index(device))
 
 
 def reset_accumulated_memory_stats(device=None) -> None:
-    torch.accelerator.reset_accumulated_memory_stats(_idx(device))
+    torch.accelerator.reset_accumulated_memory_stats(device_index(device))
 
 
 def empty_cache() -> None:
@@ -50,7 +42,7 @@ def empty_cache() -> None:
 
 def mem_get_info(device=None) -> tuple:
     """(free, total) bytes of the logical core's device memory."""
-    return torch._C._accelerator_getMemoryInfo(_idx(device))
+    return torch._C._accelerator_getMemoryInfo(device_index(device))
 
 
 def _fmt(n: int) -> str:
@@ -63,7 +55,7 @@ def _fmt(n: int) -> str:
 
 def memory_summary(device=None, abbreviated: bool = False) -> str:
     """A table of the allocator's statistics, like torch.cuda.memory_summary()."""
-    idx = _idx(device)
+    idx = device_index(device)
     s = memory_stats(idx)
     free, total = mem_get_info(idx)
     props = _C._device_properties(idx)

@@ -9,6 +9,7 @@ from typing import Any, Optional, Union
 import torch
 
 from . import _C
+from ._device import device_index
 from .memory import (  # noqa: F401  (re-exported as torch.neuron.*)
     empty_cache,
     max_memory_allocated,
@@ -68,23 +69,12 @@ def device_count() -> int:
     return _C._device_count()
 
 
-def _index(device: _device_t, optional: bool = True) -> int:
-    if device is None:
-        return current_device()
-    if isinstance(device, int):
-        return device
-    device = torch.device(device)
-    if device.type != "neuron":
-        raise ValueError(f"neuron: expected a neuron device, got {device}")
-    return current_device() if device.index is None else device.index
-
-
 def current_device() -> int:
     return _C._current_device()
 
 
 def set_device(device: _device_t) -> None:
-    idx = _index(device)
+    idx = device_index(device)
     if idx >= 0:
         _C._set_device(idx)
 
@@ -93,7 +83,7 @@ class device:
     """Context manager that changes the current neuron device."""
 
     def __init__(self, device: _device_t):
-        self.idx = _index(device) if device is not None else -1
+        self.idx = device_index(device) if device is not None else -1
         self.prev = -1
 
     def __enter__(self):
@@ -115,7 +105,7 @@ class device_of(device):
 def synchronize(device: _device_t = None) -> None:
     """Waits for all work on all streams of the device; raises a failure of queued work."""
     _lazy_init()
-    _C._synchronize(_index(device))
+    _C._synchronize(device_index(device))
 
 
 @dataclass(frozen=True)
@@ -139,7 +129,7 @@ class _NeuronDeviceProperties:
 
 def get_device_properties(device: _device_t = None) -> _NeuronDeviceProperties:
     _lazy_init()
-    return _NeuronDeviceProperties(**_C._device_properties(_index(device)))
+    return _NeuronDeviceProperties(**_C._device_properties(device_index(device)))
 
 
 def get_device_name(device: _device_t = None) -> str:
@@ -164,7 +154,7 @@ class Stream(torch.Stream):
 
     @property
     def priority(self) -> int:
-        return _C._stream_priority(self.stream_id)
+        return _C._stream_priority(self.device_index, self.stream_id)
 
     def __repr__(self):
         return f"<torch.neuron.Stream device=neuron:{self.device_index} stream_id={self.stream_id}>"
@@ -182,7 +172,7 @@ def _wrap(s: torch.Stream) -> Stream:
 
 def current_stream(device: _device_t = None) -> Stream:
     _lazy_init()
-    return _wrap(torch._C._accelerator_getStream(_index(device)))
+    return _wrap(torch._C._accelerator_getStream(device_index(device)))
 
 
 def default_stream(device: _device_t = None) -> Stream:
@@ -228,7 +218,7 @@ default_generators: tuple = ()
 
 
 def get_rng_state(device: _device_t = None) -> torch.Tensor:
-    return _generators()[_index(device)].get_state()
+    return _generators()[device_index(device)].get_state()
 
 
 def get_rng_state_all() -> list:
@@ -236,7 +226,7 @@ def get_rng_state_all() -> list:
 
 
 def set_rng_state(new_state: torch.Tensor, device: _device_t = None) -> None:
-    _generators()[_index(device)].set_state(new_state.cpu())
+    _generators()[device_index(device)].set_state(new_state.cpu())
 
 
 def set_rng_state_all(new_states) -> None:
@@ -280,7 +270,7 @@ def get_amp_supported_dtype() -> list:
 
 
 def _get_device_index(device: Any, optional: bool = False) -> int:
-    return _index(device)
+    return device_index(device)
 
 
 def runtime_config() -> dict:

@@ -19,6 +19,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "aten/generic_ops.h"
 #include "aten/op_stats.h"
 #include "core/allocator.h"
 #include "core/generator.h"
@@ -72,7 +73,6 @@ struct Translation {
   std::unordered_map<c10::TensorImpl*, at::Tensor> alias_to_original;  // CPU alias -> device tensor
   std::vector<std::pair<at::Tensor, at::Tensor>> mutable_pairs;        // (device, CPU alias)
   std::unordered_map<c10::StorageImpl*, c10::Storage> adopted;         // CPU output storage -> device
-  std::vector<c10::Storage> device_storages;                          // keeps alias keys alive
 };
 
 void note_device(Translation& tr, const at::Tensor& t, const c10::OperatorHandle& op) {
@@ -94,19 +94,14 @@ at::Tensor to_alias(Translation& tr, const at::Tensor& t, bool is_write) {
                        c10::DataPtr(const_cast<void*>(t.storage().data()), c10::Device(c10::kCPU)),
                        &redirecting_allocator(), /*resizable=*/true);
     tr.alias_to_device[alias.unsafeGetStorageImpl()] = key;
-    tr.device_storages.push_back(t.storage());
     it = tr.storages.emplace(key, std::move(alias)).first;
   }
-  auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(it->second),
-                                                   c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
-  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  at::Tensor alias(std::move(impl));
+  at::Tensor alias = cpu_tensor_on(it->second, t);
+  // Holding the device tensor keeps the storages behind the raw keys above alive.
   tr.alias_to_original[alias.unsafeGetTensorImpl()] = t;
   if (is_write) tr.mutable_pairs.emplace_back(t, alias);
   return alias;
 }
-
-bool is_neuron(const at::Tensor& t) { return t.defined() && t.device().type() == kNeuron; }
 
 c10::IValue translate_arg(Translation& tr, const c10::IValue& v, bool is_write, const c10::OperatorHandle& op) {
   if (v.isTensor()) {
@@ -249,7 +244,7 @@ void run_generic(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
   record_generic(op);
-  run_now(tr.device, schema.name().c_str(), [&] {
+  run_now(tr.device, [&] {
     RedirectScope redirect(tr.device);
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
   });

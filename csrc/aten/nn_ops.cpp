@@ -32,10 +32,6 @@
 #include <ATen/ops/tril_meta.h>
 #include <ATen/ops/triu_cpu_dispatch.h>
 #include <ATen/ops/triu_meta.h>
-#include <ATen/ops/empty_like.h>
-#include <ATen/ops/ones_like.h>
-#include <ATen/ops/clone.h>
-#include <ATen/ops/mul.h>
 #include <torch/library.h>
 
 #include "aten/structured_macros.h"

@@ -18,7 +18,5 @@ void record_fallback(const c10::OperatorHandle& op, const char* reason);
 std::map<std::string, int64_t> generic_op_counts();
 std::map<std::string, int64_t> fallback_op_counts();
 void reset_op_counts();
-void set_forced_fallback_ops(const std::vector<std::string>& ops);
-void install_cpu_allocator_redirect();
 
 }  // namespace torch_neuronx

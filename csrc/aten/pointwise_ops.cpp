@@ -152,24 +152,6 @@
 
 namespace torch_neuronx {
 
-void check_devices(const char* op, const std::vector<const at::TensorBase*>& tensors) {
-  c10::DeviceIndex device = -1;
-  for (const auto* t : tensors) {
-    if (!t->defined()) continue;
-    const auto d = t->device();
-    if (d.type() == kNeuron) {
-      TORCH_CHECK(device < 0 || device == d.index(),
-                  "Expected all tensors to be on the same device, but found at least two devices, neuron:",
-                  static_cast<int>(device), " and ", d, "! (in ", op, ")");
-      device = d.index();
-    } else {
-      TORCH_CHECK(d.is_cpu() && t->dim() == 0,
-                  "Expected all tensors to be on the same device, but found at least two devices, neuron and ",
-                  d, "! (in ", op, "; only 0-dim CPU tensors may be mixed in as scalars)");
-    }
-  }
-}
-
 namespace {
 
 using at::Scalar;

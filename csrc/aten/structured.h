@@ -41,13 +41,21 @@ inline std::optional<std::string> capture(std::optional<c10::string_view> s) {
   return std::string(*s);
 }
 template <class T>
-std::enable_if_t<std::is_arithmetic_v<T> || std::is_enum_v<T>, T> capture(T v) { return v; }
-inline c10::Scalar capture(const c10::Scalar& s) { return s; }
-inline std::optional<c10::Scalar> capture(const std::optional<c10::Scalar>& s) { return s; }
-inline std::optional<c10::ScalarType> capture(std::optional<c10::ScalarType> s) { return s; }
-inline std::optional<int64_t> capture(std::optional<int64_t> s) { return s; }
-inline std::optional<double> capture(std::optional<double> s) { return s; }
-inline std::optional<bool> capture(std::optional<bool> s) { return s; }
+struct is_view_type : std::false_type {};
+template <class T>
+struct is_view_type<c10::ArrayRef<T>> : std::true_type {};
+template <class T>
+struct is_view_type<c10::OptionalArrayRef<T>> : std::true_type {};
+template <>
+struct is_view_type<c10::string_view> : std::true_type {};
+
+// Everything else (numbers, enums, Scalar, optionals of those) is held by value. A view type
+// reaching here would dangle once the op returns, so none may.
+template <class T>
+T capture(const T& v) {
+  static_assert(!is_view_type<T>::value, "a view argument needs an owning capture overload");
+  return v;
+}
 
 // Back from the captured form to what at::cpu:: functions take.
 template <class T>
@@ -71,10 +79,6 @@ inline at::OptionalScalarRef meta_arg(const std::optional<c10::Scalar>& s) {
   return s.has_value() ? at::OptionalScalarRef(&*s) : at::OptionalScalarRef();
 }
 
-// Checks CUDA makes in its kernels: one device for all tensor arguments (0-dim CPU tensors are
-// allowed as scalars).
-void check_tensor_devices(const char* op, std::initializer_list<const at::TensorBase*> tensors);
-
 template <class T>
 void collect_tensors(std::vector<const at::TensorBase*>& out, const T& v) {
   if constexpr (std::is_base_of_v<at::TensorBase, std::decay_t<T>>) out.push_back(&v);
@@ -82,8 +86,6 @@ void collect_tensors(std::vector<const at::TensorBase*>& out, const T& v) {
     if (v.has_value()) out.push_back(&*v);
   }
 }
-void check_devices(const char* op, const std::vector<const at::TensorBase*>& tensors);
-
 template <class... Args>
 c10::DeviceIndex check_args(const char* op, const Args&... args) {
   std::vector<const at::TensorBase*> ts;

@@ -105,7 +105,7 @@ at::Tensor& set_empty(at::Tensor& self) {
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
   auto host = at::empty({}, self.options().device(c10::kCPU));
   auto src = cpu_view(self);
-  run_now(self.device().index(), "aten::_local_scalar_dense", [&] {
+  run_now(self.device().index(), [&] {
     std::memcpy(host.mutable_data_ptr(), src.const_data_ptr(), self.dtype().itemsize());
   });
   return at::native::_local_scalar_dense_cpu(host);

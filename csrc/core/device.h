@@ -25,7 +25,7 @@ c10::Stream default_stream(c10::DeviceIndex index = -1);
 c10::Stream stream_from_pool(c10::DeviceIndex index, bool high_priority);
 c10::Stream new_stream(c10::DeviceIndex index, int priority);
 void set_current_stream(const c10::Stream& stream);
-int stream_priority(c10::StreamId id);
+int stream_priority(const c10::Stream& stream);
 neuronrt::Queue& queue_of(const c10::Stream& stream);
 inline neuronrt::Queue& current_queue(c10::DeviceIndex index = -1) {
   return queue_of(current_stream(index));

@@ -6,7 +6,7 @@
 #include "core/device.h"
 #include "core/generator.h"
 #include "core/storage.h"
-#include "aten/op_stats.h"
+#include "aten/generic_ops.h"
 
 namespace torch_neuronx {
 namespace {

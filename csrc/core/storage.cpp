@@ -44,8 +44,9 @@ void check_trainium_dtype(c10::ScalarType dtype) {
 at::Tensor empty_neuron(c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::ScalarType dtype,
                         c10::DeviceIndex device) {
   check_trainium_dtype(dtype);
-  if (device < 0) device = current_device();
-  c10::DeviceGuard guard(c10::Device(kNeuron, device));
+  // The allocator serves the current device; switching costs, so only when it differs.
+  std::optional<c10::DeviceGuard> guard;
+  if (device >= 0 && device != current_device()) guard.emplace(c10::Device(kNeuron, device));
   return at::detail::empty_strided_generic(sizes, strides, &caching_allocator(),
                                            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype);
 }
@@ -53,8 +54,8 @@ at::Tensor empty_neuron(c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::S
 at::Tensor empty_neuron(c10::IntArrayRef sizes, c10::ScalarType dtype, c10::DeviceIndex device,
                         c10::MemoryFormat format) {
   check_trainium_dtype(dtype);
-  if (device < 0) device = current_device();
-  c10::DeviceGuard guard(c10::Device(kNeuron, device));
+  std::optional<c10::DeviceGuard> guard;
+  if (device >= 0 && device != current_device()) guard.emplace(c10::Device(kNeuron, device));
   return at::detail::empty_generic(sizes, &caching_allocator(),
                                    c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype, format);
 }
@@ -83,13 +84,34 @@ c10::Storage cpu_storage_alias(const c10::Storage& s) {
                       /*resizable=*/false);
 }
 
+at::Tensor cpu_tensor_on(c10::Storage cpu_storage, const at::Tensor& like) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(cpu_storage),
+                                                   c10::DispatchKeySet(c10::DispatchKey::CPU), like.dtype());
+  impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  return at::Tensor(std::move(impl));
+}
+
 at::Tensor cpu_view(const at::Tensor& t) {
   if (!t.defined()) return t;
-  if (t.device().type() != kNeuron) return t;
-  auto impl = c10::make_intrusive<c10::TensorImpl>(cpu_storage_alias(t.storage()),
-                                                   c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
-  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  return at::Tensor(std::move(impl));
+  return cpu_tensor_on(cpu_storage_alias(t.storage()), t);
+}
+
+void check_devices(const char* op, const std::vector<const at::TensorBase*>& tensors) {
+  c10::DeviceIndex device = -1;
+  for (const auto* t : tensors) {
+    if (!t->defined()) continue;
+    const auto d = t->device();
+    if (d.type() == kNeuron) {
+      TORCH_CHECK(device < 0 || device == d.index(),
+                  "Expected all tensors to be on the same device, but found at least two devices, neuron:",
+                  static_cast<int>(device), " and ", d, "! (in ", op, ")");
+      device = d.index();
+    } else {
+      TORCH_CHECK(d.is_cpu() && t->dim() == 0,
+                  "Expected all tensors to be on the same device, but found at least two devices, neuron and ",
+                  d, "! (in ", op, "; only 0-dim CPU tensors may be mixed in as scalars)");
+    }
+  }
 }
 
 void launch(c10::DeviceIndex device, const char* name, neuronrt::Task fn) {
@@ -97,9 +119,9 @@ void launch(c10::DeviceIndex device, const char* name, neuronrt::Task fn) {
   checked([&] { q.submit(name, std::move(fn)); });
 }
 
-void run_now(c10::DeviceIndex device, const char* name, const neuronrt::Task& fn) {
+void run_now(c10::DeviceIndex device, const neuronrt::Task& fn) {
   auto& q = current_queue(device);
-  checked([&] { q.run_inline(name, fn); });
+  checked([&] { q.run_inline(fn); });
 }
 
 }  // namespace torch_neuronx

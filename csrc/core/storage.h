@@ -4,6 +4,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/StorageImpl.h>
 
+#include <vector>
+
 #include "core/device.h"
 
 namespace torch_neuronx {
@@ -19,15 +21,24 @@ at::Tensor empty_neuron(c10::IntArrayRef sizes, c10::ScalarType dtype, c10::Devi
                         c10::MemoryFormat format = c10::MemoryFormat::Contiguous);
 void check_trainium_dtype(c10::ScalarType dtype);
 
-// A CPU tensor over the same device memory (shares no ownership: the device storage must stay
-// alive, which stream order guarantees for work queued on the stream that allocated it).
+inline bool is_neuron(const at::TensorBase& t) { return t.defined() && t.device().type() == kNeuron; }
+
+// A CPU tensor over the same memory as `t` (device or host), sharing no ownership: the memory
+// must stay alive, which stream order guarantees for work queued on the stream that allocated
+// it, and which the caller guarantees for host memory (it waits, or the memory is pinned).
 at::Tensor cpu_view(const at::Tensor& t);
-// A non-owning, non-resizable CPU storage over the same bytes as `device_storage`.
-c10::Storage cpu_storage_alias(const c10::Storage& device_storage);
+// A CPU tensor with `like`'s dtype, sizes, strides and offset over `cpu_storage`.
+at::Tensor cpu_tensor_on(c10::Storage cpu_storage, const at::Tensor& like);
+// A non-owning, non-resizable CPU storage over the same bytes as `storage`.
+c10::Storage cpu_storage_alias(const c10::Storage& storage);
+
+// CUDA's device rule: all tensor arguments on one neuron device; 0-dim CPU tensors may be mixed
+// in as scalars. Raises "Expected all tensors to be on the same device...".
+void check_devices(const char* op, const std::vector<const at::TensorBase*>& tensors);
 
 // Queues `fn` on the current stream of `device`.
 void launch(c10::DeviceIndex device, const char* name, neuronrt::Task fn);
 // Runs `fn` on the host after the current stream of `device` drains, with device memory open.
-void run_now(c10::DeviceIndex device, const char* name, const neuronrt::Task& fn);
+void run_now(c10::DeviceIndex device, const neuronrt::Task& fn);
 
 }  // namespace torch_neuronx

@@ -85,10 +85,11 @@ c10::Stream new_stream(c10::DeviceIndex index, int priority) {
   return c10::Stream(c10::Stream::UNSAFE, c10::Device(kNeuron, index), id);
 }
 
-int stream_priority(c10::StreamId id) {
+int stream_priority(const c10::Stream& stream) {
+  const auto id = stream.id();
   if (id > kPool && id <= 2 * kPool) return -1;
   if (id >= kFirstNew && id < neuronrt::Runtime::kMaxQueuesPerDevice)
-    return new_priority[current_device()][id];
+    return new_priority[stream.device_index()][id];
   return 0;
 }
 

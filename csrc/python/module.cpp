@@ -2,6 +2,7 @@
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "aten/generic_ops.h"
 #include "aten/op_stats.h"
 #include "core/allocator.h"
 #include "core/device.h"
@@ -61,7 +62,9 @@ PYBIND11_MODULE(_C, m) {
     out["d2d_bytes"] = rt.counters().d2d_bytes.load();
     return out;
   });
-  m.def("_stream_priority", [](int64_t id) { return stream_priority(id); });
+  m.def("_stream_priority", [](int device, int64_t id) {
+    return stream_priority(c10::Stream(c10::Stream::UNSAFE, c10::Device(kNeuron, static_cast<c10::DeviceIndex>(device)), id));
+  });
   m.def("_default_generator", [](int d) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(d))));

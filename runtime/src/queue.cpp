@@ -55,7 +55,7 @@ uint64_t Queue::submit(const char* name, Task fn) {
   return seq;
 }
 
-void Queue::run_inline(const char* name, const Task& fn) {
+void Queue::run_inline(const Task& fn) {
   synchronize();
   try {
     if (opts_.enter) opts_.enter();
@@ -65,7 +65,6 @@ void Queue::run_inline(const char* name, const Task& fn) {
     throw;
   }
   if (opts_.leave) opts_.leave();
-  (void)name;
 }
 
 void Queue::finish_one() {

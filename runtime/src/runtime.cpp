@@ -51,6 +51,8 @@ Runtime::Runtime(RuntimeOptions options) : opts_(std::move(options)) {
     memory_.push_back(std::make_unique<DeviceMemory>(c.hbm_bytes));
     queues_.emplace_back(kMaxQueuesPerDevice);
   }
+  queue_index_.reset(new std::atomic<Queue*>[memory_.size() * kMaxQueuesPerDevice]);
+  for (size_t i = 0; i < memory_.size() * kMaxQueuesPerDevice; ++i) queue_index_[i].store(nullptr);
   if (opts_.sanitize) {
     for (auto& m : memory_) m->set_host_access(false);
     if (!g_sanitized) {
@@ -88,10 +90,17 @@ DeviceMemory& Runtime::memory(int device) {
 }
 
 Queue& Runtime::queue(int device, int id) {
+  if (device >= 0 && device < device_count() && id >= 0 && id < kMaxQueuesPerDevice) {
+    if (Queue* q = queue_index_[device * kMaxQueuesPerDevice + id].load(std::memory_order_acquire)) return *q;
+  }
   core(device);
   if (id < 0 || id >= kMaxQueuesPerDevice) {
     throw std::out_of_range("neuron: invalid queue id " + std::to_string(id));
   }
+  return *make_queue(device, id);
+}
+
+Queue* Runtime::make_queue(int device, int id) {
   std::lock_guard<std::mutex> lock(queues_mu_);
   auto& slot = queues_[device][id];
   if (!slot) {
@@ -105,8 +114,9 @@ Queue& Runtime::queue(int device, int id) {
       qo.leave = [this] { leave_task(); };
     }
     slot = std::make_unique<Queue>(std::move(qo));
+    queue_index_[device * kMaxQueuesPerDevice + id].store(slot.get(), std::memory_order_release);
   }
-  return *slot;
+  return slot.get();
 }
 
 void Runtime::enter_task() {

@@ -41,7 +41,7 @@ class Queue {
   // Waits for the queue to drain (raising a recorded error), then runs `fn` on the calling
   // thread with device memory open: for work whose results the host needs at once. Exceptions
   // from `fn` propagate to the caller.
-  void run_inline(const char* name, const Task& fn);
+  void run_inline(const Task& fn);
 
   void synchronize();                 // all submitted work; raises a recorded error
   bool query() const;                 // true when all submitted work has finished

@@ -62,7 +62,11 @@ class Runtime {
 
   RuntimeOptions opts_;
   std::vector<std::unique_ptr<DeviceMemory>> memory_;
-  std::vector<std::vector<std::unique_ptr<Queue>>> queues_;
+  Queue* make_queue(int device, int id);
+
+  std::vector<std::vector<std::unique_ptr<Queue>>> queues_;  // owners, created under queues_mu_
+  // Every op looks its queue up: a lock-free read once the queue exists.
+  std::unique_ptr<std::atomic<Queue*>[]> queue_index_;
   std::mutex queues_mu_;
   std::mutex guard_mu_;
   int guard_depth_ = 0;
