@@ -89,7 +89,7 @@ NX_FIO(triu, "triu", "triu_", "triu.out", structured_triu, triu_out, (, int64_t 
 // fill_/zero_ back torch.zeros/ones/full and optimizer state initialisation.
 Tensor& fill_scalar(Tensor& self, const Scalar& value) {
   if (self.numel() == 0) return self;
-  launch(self.device().index(), "aten::fill_.Scalar", [v = cpu_view(self), value]() mutable { v.fill_(value); });
+  launch(self.device().index(), "aten::fill_.Scalar", [d = TensorDesc::of(self), value] { d.view().fill_(value); });
   return self;
 }
 
@@ -99,7 +99,7 @@ Tensor& fill_tensor(Tensor& self, const Tensor& value) {
   if (value.device().type() != kNeuron) return fill_scalar(self, value.item());
   check_devices("aten::fill_.Tensor", {&self, &value});
   launch(self.device().index(), "aten::fill_.Tensor",
-         [v = cpu_view(self), s = cpu_view(value)]() mutable { v.fill_(s); });
+         [d = TensorDesc::of(self), s = TensorDesc::of(value)] { d.view().fill_(s.view()); });
   return self;
 }
 

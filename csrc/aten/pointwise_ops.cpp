@@ -152,6 +152,31 @@
 
 namespace torch_neuronx {
 
+#define NX_SAME_SHAPE(M) \
+  template <>        \
+  struct SameShapeElementwise<at::meta::M> : std::true_type {};
+NX_SAME_SHAPE(structured_add_Tensor)
+NX_SAME_SHAPE(structured_sub_Tensor)
+NX_SAME_SHAPE(structured_mul_Tensor)
+NX_SAME_SHAPE(structured_div_Tensor)
+NX_SAME_SHAPE(structured_maximum)
+NX_SAME_SHAPE(structured_minimum)
+NX_SAME_SHAPE(structured_exp)
+NX_SAME_SHAPE(structured_log)
+NX_SAME_SHAPE(structured_sqrt)
+NX_SAME_SHAPE(structured_rsqrt)
+NX_SAME_SHAPE(structured_sin)
+NX_SAME_SHAPE(structured_cos)
+NX_SAME_SHAPE(structured_tanh)
+NX_SAME_SHAPE(structured_sigmoid)
+NX_SAME_SHAPE(structured_neg)
+NX_SAME_SHAPE(structured_reciprocal)
+NX_SAME_SHAPE(structured_silu)
+NX_SAME_SHAPE(structured_sigmoid_backward)
+NX_SAME_SHAPE(structured_tanh_backward)
+NX_SAME_SHAPE(structured_silu_backward)
+NX_SAME_SHAPE(structured_threshold_backward)
+
 namespace {
 
 using at::Scalar;

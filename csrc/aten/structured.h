@@ -21,14 +21,10 @@ namespace torch_neuronx {
 
 // ---- what a task captures of each argument --------------------------------------------------
 
-// Device tensors become CPU views; a CPU tensor (a 0-dim scalar) is copied so the task owns it.
-inline at::Tensor capture(const at::Tensor& t) {
-  if (!t.defined() || t.device().type() == kNeuron) return cpu_view(t);
-  return t.detach().clone();
-}
-inline std::optional<at::Tensor> capture(const std::optional<at::Tensor>& t) {
+inline TensorDesc capture(const at::Tensor& t) { return TensorDesc::of(t); }
+inline std::optional<TensorDesc> capture(const std::optional<at::Tensor>& t) {
   if (!t.has_value()) return std::nullopt;
-  return capture(*t);
+  return TensorDesc::of(*t);
 }
 inline std::vector<int64_t> capture(c10::IntArrayRef a) { return a.vec(); }
 inline std::optional<std::vector<int64_t>> capture(at::OptionalIntArrayRef a) {
@@ -57,9 +53,14 @@ T capture(const T& v) {
   return v;
 }
 
-// Back from the captured form to what at::cpu:: functions take.
+// Back from the captured form to what at::cpu:: functions take (on the worker).
 template <class T>
 const T& pass(const T& v) { return v; }
+inline at::Tensor pass(const TensorDesc& d) { return d.view(); }
+inline std::optional<at::Tensor> pass(const std::optional<TensorDesc>& d) {
+  if (!d.has_value()) return std::nullopt;
+  return d->view();
+}
 inline std::optional<c10::string_view> pass(const std::optional<std::string>& v) {
   if (!v.has_value()) return std::nullopt;
   return c10::string_view(*v);
@@ -80,7 +81,7 @@ inline at::OptionalScalarRef meta_arg(const std::optional<c10::Scalar>& s) {
 }
 
 template <class T>
-void collect_tensors(std::vector<const at::TensorBase*>& out, const T& v) {
+void collect_tensors(c10::SmallVectorImpl<const at::TensorBase*>& out, const T& v) {
   if constexpr (std::is_base_of_v<at::TensorBase, std::decay_t<T>>) out.push_back(&v);
   if constexpr (std::is_same_v<std::decay_t<T>, std::optional<at::Tensor>>) {
     if (v.has_value()) out.push_back(&*v);
@@ -88,7 +89,7 @@ void collect_tensors(std::vector<const at::TensorBase*>& out, const T& v) {
 }
 template <class... Args>
 c10::DeviceIndex check_args(const char* op, const Args&... args) {
-  std::vector<const at::TensorBase*> ts;
+  c10::SmallVector<const at::TensorBase*, 8> ts;
   (collect_tensors(ts, args), ...);
   check_devices(op, ts);
   for (auto* t : ts)
@@ -148,17 +149,54 @@ struct OutOp final : Meta {
 template <size_t N, class Kernel, class... Args>
 void queue_kernel(c10::DeviceIndex device, const char* name, Kernel kernel,
                   const std::array<at::Tensor, N>& outs, const Args&... args) {
-  std::array<at::Tensor, N> cpu_outs;
-  for (size_t i = 0; i < N; ++i) cpu_outs[i] = cpu_view(outs[i]);
-  launch(device, name, [kernel, cpu_outs = std::move(cpu_outs), captured = std::make_tuple(capture(args)...)]() mutable {
-    std::apply([&](auto&... o) {
-      std::apply([&](auto&... a) { kernel(o..., pass(a)...); }, captured);
-    }, cpu_outs);
+  std::array<TensorDesc, N> out_descs;
+  for (size_t i = 0; i < N; ++i) out_descs[i] = TensorDesc::of(outs[i]);
+  launch(device, name, [kernel, out_descs = std::move(out_descs), captured = std::make_tuple(capture(args)...)] {
+    std::array<at::Tensor, N> o;
+    for (size_t i = 0; i < N; ++i) o[i] = out_descs[i].view();
+    std::apply([&](auto&... out) {
+      std::apply([&](const auto&... a) { kernel(out..., pass(a)...); }, captured);
+    }, o);
   });
+}
+
+// Elementwise ops whose result, for floating inputs of one dtype and one contiguous shape, is a
+// contiguous tensor of that dtype and shape. For such calls (the bulk of a model's pointwise
+// work) the meta function could only conclude that, so its TensorIterator build is skipped.
+template <class Meta>
+struct SameShapeElementwise : std::false_type {};
+
+template <class T>
+bool same_shape_operand(const T& v, const at::Tensor*& first) {
+  if constexpr (std::is_same_v<std::decay_t<T>, at::Tensor>) {
+    if (!is_neuron(v) || !v.is_contiguous() || !c10::isFloatingType(v.scalar_type())) return false;
+    if (!first) {
+      first = &v;
+      return true;
+    }
+    return v.scalar_type() == first->scalar_type() && v.sizes() == first->sizes() &&
+           v.device() == first->device();
+  } else {
+    return !std::is_same_v<std::decay_t<T>, std::optional<at::Tensor>>;
+  }
+}
+
+template <class... Args>
+const at::Tensor* same_shape_call(const Args&... args) {
+  const at::Tensor* first = nullptr;
+  const bool ok = (same_shape_operand(args, first) && ...);
+  return ok ? first : nullptr;
 }
 
 template <class Meta, size_t N = 1, class Kernel, class... Args>
 std::array<at::Tensor, N> structured_functional(const char* name, Kernel kernel, const Args&... args) {
+  if constexpr (N == 1 && SameShapeElementwise<Meta>::value) {
+    if (const at::Tensor* like = same_shape_call(args...)) {
+      std::array<at::Tensor, 1> out{empty_neuron(like->sizes(), like->scalar_type(), like->device().index())};
+      queue_kernel<1>(like->device().index(), name, kernel, out, args...);
+      return out;
+    }
+  }
   FunctionalOp<Meta, N> op;
   op.device = check_args(name, args...);
   op.meta(meta_arg(args)...);
@@ -172,8 +210,9 @@ at::Tensor& structured_inplace(const char* name, Kernel kernel, at::Tensor& self
   const auto device = check_args(name, self, args...);
   op.meta(self, meta_arg(args)...);
   // One CPU view serves as both output and input, so the kernel sees a true in-place call.
-  launch(device, name, [kernel, v = cpu_view(self), captured = std::make_tuple(capture(args)...)]() mutable {
-    std::apply([&](auto&... a) { kernel(v, v, pass(a)...); }, captured);
+  launch(device, name, [kernel, d = TensorDesc::of(self), captured = std::make_tuple(capture(args)...)] {
+    at::Tensor v = d.view();
+    std::apply([&](const auto&... a) { kernel(v, v, pass(a)...); }, captured);
   });
   return self;
 }

@@ -1,6 +1,7 @@
 #include "core/storage.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/ScalarOps.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/TensorImpl.h>
@@ -96,7 +97,7 @@ at::Tensor cpu_view(const at::Tensor& t) {
   return cpu_tensor_on(cpu_storage_alias(t.storage()), t);
 }
 
-void check_devices(const char* op, const std::vector<const at::TensorBase*>& tensors) {
+void check_devices(const char* op, c10::ArrayRef<const at::TensorBase*> tensors) {
   c10::DeviceIndex device = -1;
   for (const auto* t : tensors) {
     if (!t->defined()) continue;
@@ -114,9 +115,39 @@ void check_devices(const char* op, const std::vector<const at::TensorBase*>& ten
   }
 }
 
-void launch(c10::DeviceIndex device, const char* name, neuronrt::Task fn) {
-  auto& q = current_queue(device);
-  checked([&] { q.submit(name, std::move(fn)); });
+TensorDesc TensorDesc::of(const at::Tensor& t) {
+  TensorDesc d;
+  if (!t.defined()) return d;
+  d.defined = true;
+  d.dtype = t.scalar_type();
+  if (!is_neuron(t)) {
+    // check_devices admits only 0-dim CPU tensors here; the value is read now, as CUDA does.
+    d.host_scalar = true;
+    d.wrapped_number = t.unsafeGetTensorImpl()->is_wrapped_number();
+    d.scalar = t.item();
+    return d;
+  }
+  d.base = const_cast<void*>(t.storage().data());
+  d.nbytes = t.storage().nbytes();
+  d.offset = t.storage_offset();
+  d.sizes.assign(t.sizes().begin(), t.sizes().end());
+  d.strides.assign(t.strides().begin(), t.strides().end());
+  return d;
+}
+
+at::Tensor TensorDesc::view() const {
+  if (!defined) return at::Tensor();
+  if (host_scalar) {
+    auto t = at::detail::scalar_tensor_static(scalar, dtype, c10::Device(c10::kCPU));
+    t.unsafeGetTensorImpl()->set_wrapped_number(wrapped_number);
+    return t;
+  }
+  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, c10::DataPtr(base, c10::Device(c10::kCPU)),
+                       nullptr, /*resizable=*/false);
+  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                   c10::scalarTypeToTypeMeta(dtype));
+  impl->set_sizes_and_strides(sizes, strides, offset);
+  return at::Tensor(std::move(impl));
 }
 
 void run_now(c10::DeviceIndex device, const neuronrt::Task& fn) {

@@ -45,7 +45,7 @@ int device_count() noexcept {
 }
 
 void check_device_index(c10::DeviceIndex index) {
-  const int n = runtime().device_count();
+  static const int n = runtime().device_count();  // fixed for the process; on every op's path
   TORCH_CHECK(index >= 0 && index < n, "neuron: invalid device index ", static_cast<int>(index),
               "; ", n, " neuron device(s) are visible (NEURON_RT_VISIBLE_CORES narrows them)");
 }

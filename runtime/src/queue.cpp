@@ -3,6 +3,13 @@
 #include <chrono>
 #include <stdexcept>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define NEURONRT_PAUSE() _mm_pause()
+#else
+#define NEURONRT_PAUSE() std::this_thread::yield()
+#endif
+
 namespace neuronrt {
 namespace {
 
@@ -18,36 +25,49 @@ int64_t now_ns() {
 }
 
 // A worker that just ran dry keeps polling this long before it sleeps, so a host thread that
-// issues op after op does not pay a wake-up per op; short enough not to steal a core for long.
-constexpr auto kSpin = std::chrono::microseconds(50);
+// issues op after op does not pay a wake-up per op; short enough not to hold a core for long.
+constexpr auto kWorkerSpin = std::chrono::microseconds(50);
+// A host thread waiting for a task polls this long before it sleeps.
+constexpr auto kWaitSpin = std::chrono::microseconds(20);
 
 }  // namespace
 
 void Queue::set_thread_init_hook(std::function<void()> hook) { thread_init_hook() = std::move(hook); }
 
-Queue::Queue(QueueOptions options) : opts_(std::move(options)) {
+Queue::Queue(QueueOptions options) : opts_(std::move(options)), slots_(kSlots) {
   worker_ = std::thread([this] { worker_loop(); });
 }
 
 Queue::~Queue() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true);
   }
   work_cv_.notify_all();
   worker_.join();
 }
 
-uint64_t Queue::submit(const char* name, Task fn) {
-  uint64_t seq;
-  bool wake;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    items_.push_back({name, std::move(fn)});
-    seq = submitted_.fetch_add(1, std::memory_order_acq_rel) + 1;
-    wake = worker_sleeping_.load(std::memory_order_acquire);
+Queue::Slot& Queue::reserve_locked() {
+  const uint64_t seq = submitted_.load(std::memory_order_relaxed) + 1;
+  // The slot is free once the task kSlots before this one has finished. Reading the worker's
+  // counter costs a cache-line transfer, so only when the last reading does not already prove it.
+  if (seq > kSlots && seq - kSlots > known_completed_) {
+    wait_for(seq - kSlots);
+    known_completed_ = completed_.load(std::memory_order_acquire);
   }
-  if (wake) work_cv_.notify_one();
+  return slots_[(seq - 1) % kSlots];
+}
+
+uint64_t Queue::publish_locked(std::unique_lock<std::mutex>& lock) {
+  // seq_cst on both sides of the sleep handshake: the worker sets worker_sleeping_ then reads
+  // submitted_, this thread writes submitted_ then reads worker_sleeping_; one sees the other.
+  const uint64_t seq = submitted_.load(std::memory_order_relaxed) + 1;
+  submitted_.store(seq, std::memory_order_seq_cst);
+  lock.unlock();
+  if (worker_sleeping_.load(std::memory_order_seq_cst)) {
+    std::lock_guard<std::mutex> guard(mu_);
+    work_cv_.notify_one();
+  }
   if (opts_.blocking) {
     wait_for(seq);
     raise_pending_error();
@@ -67,9 +87,12 @@ void Queue::run_inline(const Task& fn) {
   if (opts_.leave) opts_.leave();
 }
 
-void Queue::finish_one() {
-  completed_.fetch_add(1, std::memory_order_acq_rel);
-  if (waiters_.load(std::memory_order_acquire) > 0) {
+void Queue::finish_one(uint64_t seq) {
+  // seq_cst pairs with wait_for: a waiter registers then reads completed_, this thread writes
+  // completed_ then reads waiters_; one of them sees the other (a release store would let the
+  // read of waiters_ pass it, and a waiter could sleep forever).
+  completed_.store(seq, std::memory_order_seq_cst);
+  if (waiters_.load(std::memory_order_seq_cst) > 0) {
     std::lock_guard<std::mutex> lock(mu_);
     done_cv_.notify_all();
   }
@@ -77,46 +100,42 @@ void Queue::finish_one() {
 
 void Queue::worker_loop() {
   if (thread_init_hook()) thread_init_hook()();
+  uint64_t next = 1;
   for (;;) {
-    Item item;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (items_.empty() && !stop_) {
-        lock.unlock();
-        const auto until = std::chrono::steady_clock::now() + kSpin;
-        while (std::chrono::steady_clock::now() < until) {
-          if (submitted_.load(std::memory_order_acquire) !=
-              completed_.load(std::memory_order_acquire))
-            break;
-          std::this_thread::yield();
-        }
-        lock.lock();
-        worker_sleeping_.store(true, std::memory_order_release);
-        work_cv_.wait(lock, [&] { return stop_ || !items_.empty(); });
-        worker_sleeping_.store(false, std::memory_order_release);
+    if (submitted_.load(std::memory_order_acquire) < next) {
+      const auto until = std::chrono::steady_clock::now() + kWorkerSpin;
+      for (unsigned i = 1; submitted_.load(std::memory_order_acquire) < next; ++i) {
+        NEURONRT_PAUSE();
+        if (i % 64 == 0 && std::chrono::steady_clock::now() >= until) break;  // the clock costs more than a poll
       }
-      if (items_.empty() && stop_) return;
-      item = std::move(items_.front());
-      items_.pop_front();
+      if (submitted_.load(std::memory_order_acquire) < next) {
+        std::unique_lock<std::mutex> lock(mu_);
+        worker_sleeping_.store(true, std::memory_order_seq_cst);
+        work_cv_.wait(lock, [&] { return stop_.load() || submitted_.load(std::memory_order_seq_cst) >= next; });
+        worker_sleeping_.store(false, std::memory_order_relaxed);
+        if (submitted_.load(std::memory_order_acquire) < next) return;  // stopping, drained
+      }
     }
-    run_task(item.name, item.fn);
-    item.fn = nullptr;  // release captures before the task counts as done
-    finish_one();
+    run_task(slots_[(next - 1) % kSlots]);
+    finish_one(next);
+    ++next;
   }
 }
 
-void Queue::run_task(const char* name, const Task& fn) {
+void Queue::run_task(Slot& slot) {
   try {
     if (opts_.enter) opts_.enter();
-    fn();
+    slot.call(slot.storage);
     if (opts_.leave) opts_.leave();
   } catch (const std::exception& e) {
     if (opts_.leave) opts_.leave();
-    record_error(name, e.what());
+    record_error(slot.name, e.what());
   } catch (...) {
     if (opts_.leave) opts_.leave();
-    record_error(name, "unknown exception");
+    record_error(slot.name, "unknown exception");
   }
+  // Captures are released before the task counts as done.
+  slot.destroy(slot.storage);
 }
 
 void Queue::record_error(const char* name, const std::string& what) {
@@ -138,16 +157,17 @@ void Queue::raise_pending_error() {
 
 void Queue::wait_for(uint64_t seq) const {
   if (is_complete(seq)) return;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+  const auto until = std::chrono::steady_clock::now() + kWaitSpin;
   while (std::chrono::steady_clock::now() < until) {
     if (is_complete(seq)) return;
+    NEURONRT_PAUSE();
   }
-  waiters_.fetch_add(1, std::memory_order_acq_rel);
+  waiters_.fetch_add(1, std::memory_order_seq_cst);
   {
     std::unique_lock<std::mutex> lock(mu_);
     done_cv_.wait(lock, [&] { return is_complete(seq); });
   }
-  waiters_.fetch_sub(1, std::memory_order_acq_rel);
+  waiters_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 void Queue::synchronize() {

@@ -2,6 +2,7 @@
 #include <setjmp.h>
 #include <signal.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -116,6 +117,55 @@ TEST(Queue, BlockingModeWaitsForEachTask) {
     x = 1;
   });
   EXPECT_EQ(x, 1);
+}
+
+// The host/worker hand-offs (wake a sleeping worker, wake a waiting host) must never lose a
+// notification: each round ends in a synchronize that would hang.
+TEST(Queue, HandOffsNeverLoseAWakeUp) {
+  Queue q({"stress", false, nullptr, nullptr});
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 6000; ++i) {
+    // Tasks of 0..40 µs: the host's spin (20 µs) sometimes expires just as the task ends.
+    const auto busy = std::chrono::microseconds(i % 41);
+    q.submit("tick", [&ran, busy] {
+      const auto until = std::chrono::steady_clock::now() + busy;
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      ran.fetch_add(1, std::memory_order_relaxed);
+    });
+    if (i % 500 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));  // let the worker sleep
+    q.synchronize();
+  }
+  EXPECT_EQ(ran.load(), 6000);
+}
+
+TEST(Queue, FullRingMakesSubmitWait) {
+  Queue q({"ring", false, nullptr, nullptr});
+  std::atomic<bool> gate{false};
+  q.submit("gate", [&] {
+    while (!gate.load()) std::this_thread::yield();
+  });
+  std::atomic<uint64_t> done{0};
+  std::thread producer([&] {
+    for (size_t i = 0; i < Queue::kSlots + 10; ++i) q.submit("fill", [&] { done.fetch_add(1); });
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(done.load(), 0u);
+  EXPECT_LE(q.last_submitted(), Queue::kSlots);  // the producer is held at the ring's depth
+  gate = true;
+  producer.join();
+  q.synchronize();
+  EXPECT_EQ(done.load(), Queue::kSlots + 10);
+}
+
+TEST(Queue, LargeCapturesSpillToTheHeap) {
+  Queue q({"big", false, nullptr, nullptr});
+  std::array<char, 4096> big{};
+  big[4095] = 7;
+  int seen = 0;
+  q.submit("big", [big, &seen] { seen = big[4095]; });
+  q.synchronize();
+  EXPECT_EQ(seen, 7);
 }
 
 TEST(Event, OrdersTwoQueues) {

@@ -3,13 +3,15 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <vector>
 
 namespace neuronrt {
 
@@ -28,8 +30,14 @@ struct QueueOptions {
   std::function<void()> leave;
 };
 
+// A queue holds up to kSlots tasks in a fixed ring, like a hardware queue of fixed depth: submit
+// blocks while the ring is full. A task's captures live in its slot (no allocation and no
+// cross-thread free on the hot path); larger ones spill to the heap.
 class Queue {
  public:
+  static constexpr size_t kSlots = 512;
+  static constexpr size_t kInlineBytes = 960;
+
   explicit Queue(QueueOptions options);
   ~Queue();
   Queue(const Queue&) = delete;
@@ -37,7 +45,24 @@ class Queue {
 
   // `name` must outlive the task (an operator name or a literal). Returns the task's sequence
   // number; a task that throws records its error, which the next synchronizing call raises.
-  uint64_t submit(const char* name, Task fn);
+  template <class F>
+  uint64_t submit(const char* name, F&& fn) {
+    using T = std::decay_t<F>;
+    std::unique_lock<std::mutex> lock(submit_mu_);
+    Slot& slot = reserve_locked();
+    if constexpr (sizeof(T) <= kInlineBytes && alignof(T) <= alignof(std::max_align_t)) {
+      new (slot.storage) T(std::forward<F>(fn));
+      slot.call = [](void* p) { (*static_cast<T*>(p))(); };
+      slot.destroy = [](void* p) { static_cast<T*>(p)->~T(); };
+    } else {
+      *reinterpret_cast<T**>(slot.storage) = new T(std::forward<F>(fn));
+      slot.call = [](void* p) { (**static_cast<T**>(p))(); };
+      slot.destroy = [](void* p) { delete *static_cast<T**>(p); };
+    }
+    slot.name = name;
+    return publish_locked(lock);
+  }
+
   // Waits for the queue to drain (raising a recorded error), then runs `fn` on the calling
   // thread with device memory open: for work whose results the host needs at once. Exceptions
   // from `fn` propagate to the caller.
@@ -56,25 +81,34 @@ class Queue {
   static void set_thread_init_hook(std::function<void()> hook);
 
  private:
-  struct Item {
-    const char* name;
-    Task fn;
+  struct Slot {
+    alignas(std::max_align_t) unsigned char storage[kInlineBytes];
+    void (*call)(void*) = nullptr;
+    void (*destroy)(void*) = nullptr;
+    const char* name = nullptr;
   };
+  Slot& reserve_locked();
+  uint64_t publish_locked(std::unique_lock<std::mutex>& lock);
   void worker_loop();
-  void run_task(const char* name, const Task& fn);
+  void run_task(Slot& slot);
   void record_error(const char* name, const std::string& what);
-  void finish_one();
+  void finish_one(uint64_t seq);
 
   QueueOptions opts_;
-  mutable std::mutex mu_;
+  std::vector<Slot> slots_;
+  std::mutex submit_mu_;          // producers
+  uint64_t known_completed_ = 0;  // guarded by submit_mu_
+  mutable std::mutex mu_;  // sleeping, waiting and the error
   std::condition_variable work_cv_;
   mutable std::condition_variable done_cv_;
-  std::deque<Item> items_;
-  std::atomic<uint64_t> submitted_{0};
-  std::atomic<uint64_t> completed_{0};
+  // Written by the host and by the worker respectively: separate cache lines, so the worker
+  // polling for work does not slow the host publishing it.
+  alignas(64) std::atomic<uint64_t> submitted_{0};
+  alignas(64) std::atomic<uint64_t> completed_{0};
+  alignas(64) char pad_[1] = {};
   std::atomic<bool> worker_sleeping_{false};
   mutable std::atomic<int> waiters_{0};
-  bool stop_ = false;
+  std::atomic<bool> stop_{false};
   std::string error_;  // first failure since the last synchronizing call
   std::thread worker_;
 };
