@@ -44,5 +44,10 @@ demo: install
 bench: install
 	$(PY) -P benchmarks/eager.py
 
+# The whole OpInfo database on neuron against CPU (long; progress on stderr). Report in
+# conformance-report/; fails on a regression or a stale expected failure.
+conformance: install
+	$(PY) -P tests/conformance/harness.py --mode full --check --out conformance-report
+
 clean:
 	rm -rf build $(VENV)

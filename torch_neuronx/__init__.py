@@ -72,6 +72,45 @@ def _install_printing():
 
 _install_printing()
 
+
+def _install_device_test_naming():
+    # PyTorch's device-generic test machinery names PrivateUse1 test classes "...PRIVATEUSE1"
+    # until a test class has run once; naming the base "neuron" up front makes
+    # instantiate_device_type_tests(..., only_for="neuron") create "...NEURON" classes. The module
+    # is heavy, so it is patched when (and if) something imports it.
+    import importlib.abc
+    import importlib.util
+    import sys
+
+    target = "torch.testing._internal.common_device_type"
+
+    def patch(module):
+        module.PrivateUse1TestBase.device_type = "neuron"
+
+    if target in sys.modules:
+        patch(sys.modules[target])
+        return
+
+    class _Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target_module=None):
+            if name != target:
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            exec_module = spec.loader.exec_module
+
+            def exec_and_patch(module):
+                exec_module(module)
+                patch(module)
+
+            spec.loader.exec_module = exec_and_patch
+            return spec
+
+    sys.meta_path.insert(0, _Finder())
+
+
+_install_device_test_naming()
+
 from .ops import get_fallback_ops, get_generic_ops, reset_fallback_ops  # noqa: E402
 
 __version__ = "0.1.0"

@@ -20,6 +20,8 @@ bool same_layout(const at::Tensor& a, const at::Tensor& b) {
 // over views of both sides, as a task on `device`'s current stream.
 void queue_copy(const at::Tensor& dst, const at::Tensor& src, c10::DeviceIndex device, int direction,
                 bool wait) {
+  TORCH_CHECK(src.const_data_ptr() != nullptr || src.numel() == 0,
+              "neuron: copy_ from a tensor without memory (a zero tensor); materialize it first");
   auto& q = current_queue(device);
   checked([&] {
     if (same_layout(dst, src)) {

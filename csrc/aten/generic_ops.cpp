@@ -32,15 +32,49 @@ namespace {
 
 thread_local int tls_redirect_device = -1;
 
+// CPU kernels may use raw_allocate/raw_deallocate (oneDNN does), which need the data pointer to
+// be the DataPtr's context. Redirected blocks therefore carry their pointer as context, and this
+// table finds the caching allocator's block again when they are freed.
+std::mutex redirected_mu;
+std::unordered_map<void*, void*> redirected_blocks;  // data pointer -> caching allocator context
+c10::DeleterFnPtr base_raw_delete = nullptr;
+
+void free_redirected(void* ptr) {
+  void* ctx = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(redirected_mu);
+    auto it = redirected_blocks.find(ptr);
+    if (it != redirected_blocks.end()) {
+      ctx = it->second;
+      redirected_blocks.erase(it);
+    }
+  }
+  if (ctx) {
+    caching_allocator().raw_deleter()(ctx);
+  } else if (base_raw_delete) {
+    base_raw_delete(ptr);  // host memory allocated outside a generic kernel
+  }
+}
+
+bool from_device_allocator(const c10::DataPtr& p) {
+  return caching_allocator().owns(p) || p.get_deleter() == &free_redirected;
+}
+
 struct RedirectingCPUAllocator final : c10::Allocator {
   c10::Allocator* base = nullptr;
   c10::DataPtr allocate(size_t n) override {
     if (C10_LIKELY(tls_redirect_device < 0) || n == 0) return base->allocate(n);
     c10::DataPtr p = caching_allocator().allocate_on(static_cast<c10::DeviceIndex>(tls_redirect_device), n);
-    p.unsafe_set_device(c10::Device(c10::kCPU));
-    return p;
+    void* data = p.get();
+    void* ctx = p.release_context();
+    {
+      std::lock_guard<std::mutex> lock(redirected_mu);
+      redirected_blocks[data] = ctx;
+    }
+    return {data, data, &free_redirected, c10::Device(c10::kCPU)};
   }
-  c10::DeleterFnPtr raw_deleter() const override { return base->raw_deleter(); }
+  // Frees redirected blocks and, for anything else, defers to the original CPU allocator.
+  c10::DeleterFnPtr raw_deleter() const override { return &free_redirected; }
   void copy_data(void* dst, const void* src, std::size_t count) const override {
     std::memcpy(dst, src, count);
   }
@@ -50,6 +84,7 @@ RedirectingCPUAllocator& redirecting_allocator() {
   static RedirectingCPUAllocator* a = [] {
     auto* r = new RedirectingCPUAllocator();
     r->base = c10::GetCPUAllocator();
+    base_raw_delete = r->base->raw_deleter();
     c10::SetCPUAllocator(r, /*priority=*/10);
     return r;
   }();
@@ -165,7 +200,7 @@ at::Tensor to_device(Translation& tr, const at::Tensor& t, const c10::OperatorHa
     device_storage = c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(aliased->second));
   } else if (auto adopted = tr.adopted.find(cpu_storage); adopted != tr.adopted.end()) {
     device_storage = adopted->second;
-  } else if (t.storage().nbytes() == 0 || caching_allocator().owns(t.storage().data_ptr())) {
+  } else if (t.storage().nbytes() == 0 || from_device_allocator(t.storage().data_ptr())) {
     c10::DataPtr dp = cpu_storage->set_data_ptr(c10::DataPtr());
     dp.unsafe_set_device(c10::Device(kNeuron, tr.device));
     if (!dp.get()) dp = caching_allocator().allocate_on(tr.device, 0);
@@ -202,7 +237,7 @@ void write_back(Translation& tr) {
     auto* alias_storage = alias.storage().unsafeGetStorageImpl();
     auto* dev_storage = device_t.storage().unsafeGetStorageImpl();
     if (alias_storage->data() != dev_storage->data() || alias_storage->nbytes() != dev_storage->nbytes()) {
-      if (caching_allocator().owns(alias_storage->data_ptr())) {
+      if (from_device_allocator(alias_storage->data_ptr())) {
         c10::DataPtr dp = alias_storage->set_data_ptr(c10::DataPtr());
         dp.unsafe_set_device(device_t.device());
         dev_storage->set_data_ptr_noswap(std::move(dp));
@@ -294,6 +329,13 @@ void install_cpu_allocator_redirect() { redirecting_allocator(); }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuron_boxed_kernel>());
+}
+
+// Convolution's composite kernels send devices other than CPU/CUDA to convolution_overrideable;
+// taking the ops themselves runs ATen's CPU convolution (oneDNN) in place instead.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&neuron_boxed_kernel>());
+  m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&neuron_boxed_kernel>());
 }
 
 }  // namespace torch_neuronx

@@ -12,6 +12,8 @@
 #include <torch/library.h>
 
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/storage.h"
@@ -102,6 +104,35 @@ at::Tensor& set_empty(at::Tensor& self) {
   return set_storage_offset(self, std::move(empty), 0, {0}, {});
 }
 
+// Zero tensors (autograd's "this gradient is zero") own no memory: the ZeroTensor key makes ops
+// treat them as zeros, so their storage is an empty pointer on the device.
+struct NoMemoryAllocator final : c10::Allocator {
+  c10::Device device;
+  explicit NoMemoryAllocator(c10::Device d) : device(d) {}
+  c10::DataPtr allocate(size_t) override { return {nullptr, nullptr, &c10::detail::deleteNothing, device}; }
+  c10::DeleterFnPtr raw_deleter() const override { return &c10::detail::deleteNothing; }
+  void copy_data(void*, const void*, std::size_t) const override {}
+};
+
+at::Tensor efficient_zero_tensor(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                                 std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                                 std::optional<bool> pin_memory) {
+  check_layout(layout);
+  // The storage keeps a pointer to its allocator: one per device, for the process.
+  static const std::vector<std::unique_ptr<NoMemoryAllocator>> allocators = [] {
+    std::vector<std::unique_ptr<NoMemoryAllocator>> v;
+    for (int d = 0; d < device_count(); ++d)
+      v.push_back(std::make_unique<NoMemoryAllocator>(c10::Device(kNeuron, static_cast<c10::DeviceIndex>(d))));
+    return v;
+  }();
+  const auto index = device_or_current(device);
+  check_device_index(index);
+  NoMemoryAllocator& allocator = *allocators[index];
+  const auto keys = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1) | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
+  return at::detail::empty_generic(size, &allocator, keys, dtype.value_or(c10::get_default_dtype_as_scalartype()),
+                                   std::nullopt);
+}
+
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
   auto host = at::empty({}, self.options().device(c10::kCPU));
   auto src = cpu_view(self);
@@ -126,6 +157,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Tensor", TORCH_FN(set_tensor));
   m.impl("set_", TORCH_FN(set_empty));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  m.impl("_efficientzerotensor", TORCH_FN(efficient_zero_tensor));
 }
 
 }  // namespace torch_neuronx

@@ -1,0 +1,363 @@
+"""Conformance of neuron ops against CPU over PyTorch's OpInfo database.
+
+For every OpInfo and every dtype of DTYPES the op supports on CPU, the op's sample inputs run on
+CPU and on neuron and the outputs are compared (values, dtype, shape) with assert_close's
+per-dtype defaults; for float32 ops with autograd, the input gradients are compared too. Each
+(op, dtype) gets one status:
+  pass       neuron matches CPU
+  fail       a mismatch (the first one is recorded)
+  error      neuron raised where CPU did not
+  cpu-error  CPU itself raised on the samples: nothing to compare (not counted as a pass)
+  crash      the process died (segfault, abort) while running it
+and `fallback` says whether any CPU fallback (copy to host and back) was used.
+
+Runs as a parent that starts a worker process and restarts it after a crash, so one crashing
+op cannot end the run: `python -P tests/conformance/harness.py --mode ci|full --out DIR`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+DTYPES = ["float32", "bfloat16", "float16", "int64", "int32", "int8", "uint8", "bool"]
+CI_DTYPES = ["float32", "int64"]
+
+
+def op_key(op) -> str:
+    return op.name + ("." + op.variant_test_name if op.variant_test_name else "")
+
+
+# ---- worker side -----------------------------------------------------------------------------
+
+
+# Their values are random or uninitialised: only shape, dtype and device are compared.
+VALUE_FREE_OPS = ("rand", "randn", "bernoulli", "cauchy", "exponential", "geometric", "log_normal", "normal", "uniform",
+                  "multinomial", "randint", "rand_like", "randn_like", "randint_like", "nn.functional.dropout",
+                  "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout", "nn.functional.rrelu",
+                  "nn.functional.multi_head_attention_forward",  # its samples train with dropout
+                  "nn.functional.dropout2d", "nn.functional.dropout3d", "nn.functional.fractional_max_pool2d",
+                  "nn.functional.fractional_max_pool3d", "svd_lowrank", "pca_lowrank",
+                  # they view the input's storage, whose layout the CPU copy does not keep
+                  "as_strided", "as_strided_scatter",
+                  "empty", "empty_like", "new_empty", "empty_strided", "empty_permuted", "new_empty_strided")
+
+
+# Out of scope for Trainium (issue #3): FFT and complex types, and sparse layouts.
+OUT_OF_SCOPE_PREFIXES = ("fft.", "sparse.", "to_sparse", "_refs.fft")
+
+
+def in_scope(op) -> bool:
+    return not op.name.startswith(OUT_OF_SCOPE_PREFIXES)
+
+
+def _value_free(op) -> bool:
+    return any(op.name == n or op.name.startswith(n + ".") or op.name.startswith(n + "_") for n in VALUE_FREE_OPS)
+
+
+def _to(x, device):
+    """A sample (or part of one) with its tensors, and its device arguments, on `device`."""
+    import copy
+
+    import torch
+    from torch.testing._internal.opinfo.core import SampleInput
+
+    if isinstance(x, SampleInput):
+        s = copy.copy(x)
+        s.input = _to(x.input, device)
+        s.args = _to(x.args, device)
+        s.kwargs = {k: (device if k == "device" else _to(v, device)) for k, v in x.kwargs.items()}
+        return s
+    if isinstance(x, torch.device) or x in ("cpu", "neuron"):
+        return torch.device(device)
+    if isinstance(x, torch.Tensor):
+        return x.detach().to(device).requires_grad_(x.requires_grad)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to(v, device) for v in x)
+    if isinstance(x, dict):
+        return {k: _to(v, device) for k, v in x.items()}
+    return x
+
+
+def _fresh(sample):
+    """The sample with new leaf tensors on the same devices: samples share tensors, and their
+    gradients must not accumulate from one sample into the next."""
+    import copy
+
+    import torch
+
+    def leaf(t):
+        if isinstance(t, torch.Tensor):
+            return t.detach().clone().requires_grad_(t.requires_grad)
+        if isinstance(t, (list, tuple)):
+            return type(t)(leaf(v) for v in t)
+        if isinstance(t, dict):
+            return {k: leaf(v) for k, v in t.items()}
+        return t
+
+    s = copy.copy(sample)
+    s.input, s.args, s.kwargs = leaf(sample.input), leaf(sample.args), leaf(sample.kwargs)
+    return s
+
+
+def _targets_neuron(sample) -> bool:
+    """Whether the call should produce neuron outputs: it names the neuron device, or (naming
+    none) takes a neuron tensor. arange(2) without a device is a CPU op on any machine."""
+    if "device" in sample.kwargs:
+        return str(sample.kwargs["device"]).startswith("neuron")
+    return any(t.device.type == "neuron" for t in _tensors((sample.input, sample.args, sample.kwargs)))
+
+
+def _tensors(x):
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for v in x for t in _tensors(v)]
+    if isinstance(x, dict):
+        return [t for v in x.values() for t in _tensors(v)]
+    return []
+
+
+def _compare(actual, expected, values=True, device="neuron"):
+    import torch
+
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(actual, torch.Tensor), f"expected a tensor, got {type(actual).__name__}"
+        assert actual.device.type == device, f"output on {actual.device}, expected {device}"
+        if values:
+            torch.testing.assert_close(actual.cpu(), expected, equal_nan=True)
+        else:
+            assert (actual.shape, actual.dtype) == (expected.shape, expected.dtype), \
+                f"{actual.shape}/{actual.dtype} != {expected.shape}/{expected.dtype}"
+    elif isinstance(expected, (list, tuple)):
+        assert len(actual) == len(expected), f"{len(actual)} outputs, expected {len(expected)}"
+        for a, e in zip(actual, expected):
+            _compare(a, e, values, device)
+    elif isinstance(expected, float) and expected != expected:
+        assert actual != actual
+    else:
+        assert actual == expected, f"{actual!r} != {expected!r}"
+
+
+def _grads(op, sample, device):
+    import torch
+
+    s = _fresh(sample) if device == "neuron" else _to(sample, device)  # neuron samples are made there
+    out = op(s.input, *s.args, **s.kwargs)
+    outs = [t for t in _tensors(out) if t.requires_grad and t.dtype.is_floating_point]
+    if not outs:
+        return None
+    torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
+    ins = [t for t in _tensors((s.input, s.args, s.kwargs)) if t.requires_grad]
+    return [t.grad for t in ins]
+
+
+def run_one(op, dtype_name: str, max_samples: int) -> dict:
+    import torch
+
+    import torch_neuronx
+
+    dtype = getattr(torch, dtype_name)
+    result = {"op": op_key(op), "dtype": dtype_name, "status": "pass", "fallback": False, "detail": ""}
+    torch_neuronx.reset_fallback_ops()
+    compared = 0
+    try:
+        # Made on neuron, as PyTorch's device-generic tests make them (tensors an op wants on the
+        # CPU stay there), then copied to the CPU for the reference.
+        samples = list(op.sample_inputs("neuron", dtype, requires_grad=False))[:max_samples]
+    except Exception as e:  # noqa: BLE001
+        return {**result, "status": "error", "detail": f"sample_inputs on neuron: {type(e).__name__}: {e}"[:300]}
+    for ns in samples:
+        sample = _to(ns, "cpu")
+        try:
+            expected = op(sample.input, *sample.args, **sample.kwargs)
+        except Exception:  # noqa: BLE001  (the op rejects this sample on CPU too)
+            continue
+        try:
+            actual = op(ns.input, *ns.args, **ns.kwargs)
+            torch.neuron.synchronize()
+        except Exception as e:  # noqa: BLE001
+            return {**result, "status": "error", "detail": f"{type(e).__name__}: {e}"[:300],
+                    "fallback": bool(torch_neuronx.get_fallback_ops())}
+        try:
+            _compare(actual, expected, values=not _value_free(op),
+                     device="neuron" if _targets_neuron(ns) else "cpu")
+        except Exception as e:  # noqa: BLE001
+            return {**result, "status": "fail", "detail": f"{type(e).__name__}: {e}"[:300],
+                    "fallback": bool(torch_neuronx.get_fallback_ops())}
+        compared += 1
+    if dtype_name == "float32" and op.supports_autograd and samples and not _value_free(op):
+        try:
+            gsamples = list(op.sample_inputs("neuron", dtype, requires_grad=True))[:max_samples]
+            for sample in gsamples:
+                try:
+                    expected = _grads(op, sample, "cpu")
+                except Exception:  # noqa: BLE001
+                    continue
+                actual = _grads(op, sample, "neuron")
+                if expected is not None:
+                    for a, e in zip(actual, expected):
+                        if e is None:
+                            assert a is None, "gradient where CPU has none"
+                        else:
+                            torch.testing.assert_close(a.cpu(), e, equal_nan=True)
+        except Exception as e:  # noqa: BLE001
+            return {**result, "status": "fail", "detail": f"gradient: {type(e).__name__}: {e}"[:300],
+                    "fallback": bool(torch_neuronx.get_fallback_ops())}
+    if compared == 0:
+        result["status"] = "cpu-error"
+        result["detail"] = "every sample raised on CPU"
+    result["fallback"] = bool(torch_neuronx.get_fallback_ops())
+    if result["status"] == "pass" and _value_free(op):
+        result["detail"] = "shape and dtype only (random or uninitialised values)"
+    return result
+
+
+def worker(mode: str, start: int) -> None:
+    import warnings
+
+    import torch
+
+    import torch_neuronx  # noqa: F401
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    warnings.simplefilter("ignore")
+    torch.manual_seed(0)
+    dtypes = CI_DTYPES if mode == "ci" else DTYPES
+    max_samples = 1 if mode == "ci" else 1000
+    for i, op in enumerate(op_db):
+        if i < start or not in_scope(op):
+            continue
+        supported = {str(d).replace("torch.", "") for d in op.supported_dtypes("cpu")}
+        for dt in dtypes:
+            if dt not in supported:
+                continue
+            print("START", i, dt, flush=True)
+            res = run_one(op, dt, max_samples)
+            print("RESULT", json.dumps(res), flush=True)
+
+
+# ---- parent side -----------------------------------------------------------------------------
+
+
+def run(mode: str, progress: bool = True) -> list:
+    """All results; restarts the worker after a crash and records the crash."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    results, start, n_ops = [], 0, len(op_db)
+    env = dict(os.environ, TORCH_NEURONX_FALLBACK="silent", PYTHONWARNINGS="ignore")
+    t0 = time.time()
+    while start < n_ops:
+        proc = subprocess.Popen([sys.executable, "-P", os.path.abspath(__file__), "--worker",
+                                 "--mode", mode, "--start", str(start)], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, env=env)
+        current = None
+        for line in proc.stdout:
+            if line.startswith("START "):
+                _, idx, dt = line.split()
+                current = (int(idx), dt)
+            elif line.startswith("RESULT "):
+                results.append(json.loads(line[7:]))
+                if progress:
+                    done = current[0] + 1
+                    bar = "#" * (30 * done // n_ops)
+                    print(f"\r[{bar:<30}] {done}/{n_ops} ops  {time.time() - t0:5.0f}s  {results[-1]['op'][:30]:<30}",
+                          end="", file=sys.stderr, flush=True)
+                current = None
+        proc.wait()
+        if current is None:
+            break
+        idx, dt = current
+        results.append({"op": op_key(op_db[idx]), "dtype": dt, "status": "crash", "fallback": False,
+                        "detail": f"worker exited with {proc.returncode}"})
+        start = idx + 1
+    if progress:
+        print(file=sys.stderr)
+    return results
+
+
+def summarize(results: list) -> dict:
+    comparable = [r for r in results if r["status"] != "cpu-error"]
+    native = [r for r in comparable if r["status"] == "pass" and not r["fallback"]]
+    passed = [r for r in comparable if r["status"] == "pass"]
+    counts = {}
+    for r in results:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    n = max(1, len(comparable))
+    return {"pairs": len(results), "comparable": len(comparable), "counts": counts,
+            "pass_rate_native": len(native) / n, "pass_rate_with_fallback": len(passed) / n,
+            "fallback_ops": sorted({r["op"] for r in results if r["fallback"]})}
+
+
+def write_report(results: list, out_dir: str) -> dict:
+    os.makedirs(out_dir, exist_ok=True)
+    summary = summarize(results)
+    with open(os.path.join(out_dir, "conformance.json"), "w") as f:
+        json.dump({"summary": summary, "results": results}, f, indent=1)
+    lines = ["# neuron op conformance against CPU", "",
+             f"(op, dtype) pairs: {summary['pairs']}, comparable (CPU runs the samples): {summary['comparable']}", "",
+             "| status | pairs |", "| --- | --- |"]
+    lines += [f"| {k} | {v} |" for k, v in sorted(summary["counts"].items())]
+    lines += ["", f"pass rate without fallback: {summary['pass_rate_native']:.2%}",
+              f"pass rate with fallback: {summary['pass_rate_with_fallback']:.2%}", "",
+              "## Not passing", "", "| op | dtype | status | detail |", "| --- | --- | --- | --- |"]
+    for r in results:
+        if r["status"] not in ("pass", "cpu-error"):
+            detail = r["detail"].replace("|", "/").replace("\n", " ")[:160]
+            lines.append(f"| {r['op']} | {r['dtype']} | {r['status']} | {detail} |")
+    with open(os.path.join(out_dir, "conformance.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return summary
+
+
+def expected_failures_path() -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "expected_failures.json")
+
+
+def check_against_expected(results: list, mode: str) -> list:
+    """Problems: a pair that regressed (not passing, not listed) or an expected failure that now
+    passes (remove it from the list, so the list only shrinks). Entries say in which mode they
+    fail: the CI sample runs fewer samples, so a full-run failure may pass there."""
+    with open(expected_failures_path()) as f:
+        expected = json.load(f)
+    problems = []
+    for r in results:
+        key = f"{r['op']}|{r['dtype']}"
+        bad = r["status"] not in ("pass", "cpu-error")
+        entry = expected.get(key)
+        if bad and entry is None:
+            problems.append(f"regression: {key} {r['status']}: {r['detail'][:200]}")
+        if not bad and entry is not None and (mode == "full" or entry["mode"] == "ci"):
+            problems.append(f"now passes, remove from expected_failures.json: {key}")
+    return problems
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--mode", choices=["ci", "full"], default="full")
+    p.add_argument("--worker", action="store_true")
+    p.add_argument("--start", type=int, default=0)
+    p.add_argument("--out", default="conformance-report")
+    p.add_argument("--check", action="store_true", help="exit 1 on a regression or a stale expected failure")
+    args = p.parse_args(argv)
+    if args.worker:
+        worker(args.mode, args.start)
+        return
+    results = run(args.mode)
+    summary = write_report(results, args.out)
+    print(json.dumps({k: v for k, v in summary.items() if k != "fallback_ops"}, indent=1))
+    print(f"report: {args.out}/conformance.md")
+    if args.check:
+        problems = check_against_expected(results, args.mode)
+        for line in problems:
+            print(line)
+        sys.exit(1 if problems else 0)
+
+
+if __name__ == "__main__":
+    main()
