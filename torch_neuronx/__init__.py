@@ -111,7 +111,36 @@ def _install_device_test_naming():
 
 _install_device_test_naming()
 
-from .ops import get_fallback_ops, get_generic_ops, reset_fallback_ops  # noqa: E402
+
+def _install_linear_cross_entropy_defaults():
+    # linear_cross_entropy's chunked path picks its accumulation dtype and policy per device, and
+    # gives devices it does not list bfloat16/float16 accumulation. Trainium's matmul engine takes
+    # bfloat16/float16 operands and accumulates in float32 (PSUM), so neuron declares what the CPU
+    # and CUDA declare: float32 accumulation, with the CPU's policy.
+    try:
+        from torch.nn.modules import linear_cross_entropy_options as lce
+    except ImportError:
+        return
+    options = getattr(lce, "LinearCrossEntropyOptions", None)
+    resolve = getattr(options, "_resolve_auto_acc_dtype", None)
+    if not hasattr(lce, "_AUTO_DEFAULTS") or resolve is None:
+        return
+    for dtype in (torch.bfloat16, torch.float16):
+        cpu = lce._AUTO_DEFAULTS.get(("cpu", dtype))
+        if cpu is not None:
+            lce._AUTO_DEFAULTS.setdefault(("neuron", dtype), cpu)
+
+    def resolve_auto_acc_dtype(dtype, device):
+        if device is not None and device.type == "neuron" and dtype in (torch.float16, torch.bfloat16):
+            return torch.float32
+        return resolve(dtype, device)
+
+    options._resolve_auto_acc_dtype = staticmethod(resolve_auto_acc_dtype)
+
+
+_install_linear_cross_entropy_defaults()
+
+from .ops import get_fallback_ops, get_generic_ops, get_queued_ops, reset_fallback_ops  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["get_fallback_ops", "reset_fallback_ops", "get_generic_ops"]
+__all__ = ["get_fallback_ops", "reset_fallback_ops", "get_generic_ops", "get_queued_ops"]

@@ -137,6 +137,8 @@ def main(argv=None):
         fallback = torch_neuronx.get_fallback_ops()
         generic = torch_neuronx.get_generic_ops()
         print(f"CPU fallbacks: {sum(fallback.values())} {fallback if fallback else ''}")
+        queued = torch_neuronx.get_queued_ops()
+        print(f"ops queued through meta + CPU kernels (asynchronous): {sum(queued.values())} calls of {len(queued)} ops")
         print(f"generic in-place ops (synchronous, no copy): {sum(generic.values())} calls of {len(generic)} ops")
         return loss_val, fallback
     return loss_val, {}

@@ -273,6 +273,12 @@ def _get_device_index(device: Any, optional: bool = False) -> int:
     return device_index(device)
 
 
+def _sleep(ms: float) -> None:
+    """Queues `ms` milliseconds of busy time on the current stream (tests use it, as CUDA's)."""
+    _lazy_init()
+    _C._sleep(float(ms))
+
+
 def runtime_config() -> dict:
     """How the software NeuronCore was configured (profile, launch blocking, sanitizer) and its
     copy counters."""

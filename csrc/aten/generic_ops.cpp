@@ -21,6 +21,7 @@
 
 #include "aten/generic_ops.h"
 #include "aten/op_stats.h"
+#include "aten/queued_ops.h"
 #include "core/allocator.h"
 #include "core/generator.h"
 #include "core/storage.h"
@@ -257,6 +258,8 @@ bool is_generator_type(const c10::TypePtr& type) {
   return false;
 }
 
+}  // namespace
+
 void run_generic(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const size_t nargs = schema.arguments().size();
@@ -289,6 +292,8 @@ void run_generic(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (size_t i = 0; i < nret; ++i) rets[i] = translate_result(tr, rets[i], op);
 }
 
+namespace {
+
 std::set<std::string>& forced_fallback_ops() {
   static std::set<std::string> ops = [] {
     std::set<std::string> s;
@@ -315,6 +320,7 @@ void neuron_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack
     at::native::cpu_fallback(op, stack);
     return;
   }
+  if (try_queue(op, stack)) return;
   run_generic(op, stack);
 }
 
@@ -333,9 +339,17 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 
 // Convolution's composite kernels send devices other than CPU/CUDA to convolution_overrideable;
 // taking the ops themselves runs ATen's CPU convolution (oneDNN) in place instead.
+//
+// The others have a CPU kernel and a composite one that is a different algorithm (layer and group
+// norm, addr: computed in the input dtype rather than in float). The CPU kernel is what a user
+// compares against, and it is one task rather than a dozen, so it wins. mode.values' composite
+// kernel accepts only CPU, CUDA and XPU tensors.
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&neuron_boxed_kernel>());
-  m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&neuron_boxed_kernel>());
+  for (const char* op : {"convolution", "convolution_backward", "native_layer_norm", "native_group_norm", "addr",
+                         "addr.out", "_stack", "_stack.out", "all.dims", "all.dims_out", "any.dims", "any.dims_out",
+                         "linalg__powsum", "mode.values"}) {
+    m.impl(op, torch::CppFunction::makeFromBoxedFunction<&neuron_boxed_kernel>());
+  }
 }
 
 }  // namespace torch_neuronx

@@ -26,7 +26,7 @@ Policy policy() {
 struct Counts {
   std::mutex mu;
   // Keyed by the schema's address: stable for a registered operator, and cheap on the hot path.
-  std::unordered_map<const c10::FunctionSchema*, std::pair<c10::OperatorHandle, int64_t>> generic, fallback;
+  std::unordered_map<const c10::FunctionSchema*, std::pair<c10::OperatorHandle, int64_t>> generic, queued, fallback;
   std::set<std::string> warned;
 };
 
@@ -62,6 +62,12 @@ void record_generic(const c10::OperatorHandle& op) {
   bump(c.generic, op);
 }
 
+void record_queued(const c10::OperatorHandle& op) {
+  auto& c = counts();
+  std::lock_guard<std::mutex> lock(c.mu);
+  bump(c.queued, op);
+}
+
 void record_fallback(const c10::OperatorHandle& op, const char* reason) {
   const std::string name = op_display_name(op);
   TORCH_CHECK_NOT_IMPLEMENTED(policy() != Policy::kError, "neuron: ", name,
@@ -87,6 +93,12 @@ std::map<std::string, int64_t> generic_op_counts() {
   return snapshot(c.generic);
 }
 
+std::map<std::string, int64_t> queued_op_counts() {
+  auto& c = counts();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return snapshot(c.queued);
+}
+
 std::map<std::string, int64_t> fallback_op_counts() {
   auto& c = counts();
   std::lock_guard<std::mutex> lock(c.mu);
@@ -97,6 +109,7 @@ void reset_op_counts() {
   auto& c = counts();
   std::lock_guard<std::mutex> lock(c.mu);
   c.generic.clear();
+  c.queued.clear();
   c.fallback.clear();
 }
 

@@ -7,6 +7,10 @@
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/generator.h"
+#include "core/storage.h"
+
+#include <chrono>
+#include <thread>
 
 namespace py = pybind11;
 using namespace torch_neuronx;
@@ -69,7 +73,13 @@ PYBIND11_MODULE(_C, m) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(d))));
   });
+  // Like torch.cuda._sleep: keeps the current stream busy, so tests can see what waits for it.
+  m.def("_sleep", [](double ms) {
+    launch(current_device(), "neuron::sleep",
+           [ms] { std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms)); });
+  });
   m.def("_generic_ops", [] { return generic_op_counts(); });
+  m.def("_queued_ops", [] { return queued_op_counts(); });
   m.def("_fallback_ops", [] { return fallback_op_counts(); });
   m.def("_reset_op_counts", [] { reset_op_counts(); });
   m.def("_set_forced_fallback_ops", [](const std::vector<std::string>& ops) { set_forced_fallback_ops(ops); });

@@ -1,9 +1,11 @@
 """Conformance of neuron ops against CPU over PyTorch's OpInfo database.
 
 For every OpInfo and every dtype of DTYPES the op supports on CPU, the op's sample inputs run on
-CPU and on neuron and the outputs are compared (values, dtype, shape) with assert_close's
-per-dtype defaults; for float32 ops with autograd, the input gradients are compared too. Each
-(op, dtype) gets one status:
+CPU and on neuron and the outputs are compared (values, dtype, shape, and strides of dense
+outputs) with assert_close's per-dtype defaults. The OpInfo's in-place variant (result and the
+mutated input) and its out= variant (result and the out tensors, resized from empty) are
+compared the same way; for float32 ops with autograd, the input gradients are compared too.
+Each (op, dtype) gets one status:
   pass       neuron matches CPU
   fail       a mismatch (the first one is recorded)
   error      neuron raised where CPU did not
@@ -127,14 +129,25 @@ def _tensors(x):
     return []
 
 
+def _strides_of_sized_dims(t):
+    return [st for sz, st in zip(t.shape, t.stride()) if sz > 1]
+
+
 def _compare(actual, expected, values=True, device="neuron"):
     import torch
+    from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
 
     if isinstance(expected, torch.Tensor):
         assert isinstance(actual, torch.Tensor), f"expected a tensor, got {type(actual).__name__}"
         assert actual.device.type == device, f"output on {actual.device}, expected {device}"
         if values:
             torch.testing.assert_close(actual.cpu(), expected, equal_nan=True)
+            # A dense CPU result's layout is the op's (a view's is its input's, which the copy
+            # to the CPU does not keep); strides of size-1 dimensions carry no meaning.
+            if expected.layout == torch.strided and is_non_overlapping_and_dense(expected) and \
+                    expected._base is None and expected.numel() > 1:
+                assert _strides_of_sized_dims(actual) == _strides_of_sized_dims(expected), \
+                    f"strides {actual.stride()} != {expected.stride()} for shape {tuple(expected.shape)}"
         else:
             assert (actual.shape, actual.dtype) == (expected.shape, expected.dtype), \
                 f"{actual.shape}/{actual.dtype} != {expected.shape}/{expected.dtype}"
@@ -146,6 +159,68 @@ def _compare(actual, expected, values=True, device="neuron"):
         assert actual != actual
     else:
         assert actual == expected, f"{actual!r} != {expected!r}"
+
+
+def _variants(op):
+    """(name, call) for the OpInfo's in-place and out= variants; call(sample, device) returns what
+    is compared: the result and the tensors the variant wrote."""
+    import torch
+
+    variants = []
+    if op.inplace_variant is not None:
+        def inplace(s, device):
+            target = s.input.clone()
+            return op.inplace_variant(target, *s.args, **s.kwargs), target
+        variants.append(("in-place", inplace))
+    if op.supports_out:
+        def out(s, device, like):
+            def empty(e):
+                if isinstance(e, torch.Tensor):
+                    return torch.empty(0, dtype=e.dtype, device=device)
+                return type(e)(empty(v) for v in e)
+            outs = empty(like)
+            return op(s.input, *s.args, **s.kwargs, out=outs), outs
+        variants.append(("out=", out))
+    return variants
+
+
+def _only_tensors(x) -> bool:
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return True
+    return isinstance(x, (list, tuple)) and len(x) > 0 and all(isinstance(v, torch.Tensor) for v in x)
+
+
+def _compare_variants(op, ns, sample, expected, values, device):
+    """None, or (status, detail) for the first variant that disagrees with the CPU."""
+    import torch
+
+    import torch_neuronx  # noqa: F401
+
+    for name, call in _variants(op):
+        if name == "out=":
+            if not _only_tensors(expected):
+                continue
+            run = lambda s, dev: call(s, dev, expected)  # noqa: E731
+        else:
+            if not isinstance(sample.input, torch.Tensor):
+                continue
+            run = call
+        try:
+            want = run(sample, "cpu")
+        except Exception:  # noqa: BLE001  (the CPU rejects this variant for this sample)
+            continue
+        try:
+            got = run(_fresh(ns), device)
+            torch.neuron.synchronize()
+        except Exception as e:  # noqa: BLE001
+            return "error", f"{name}: {type(e).__name__}: {e}"
+        try:
+            _compare(got, want, values, device)
+        except Exception as e:  # noqa: BLE001
+            return "fail", f"{name}: {type(e).__name__}: {e}"
+    return None
 
 
 def _grads(op, sample, device):
@@ -188,11 +263,16 @@ def run_one(op, dtype_name: str, max_samples: int) -> dict:
         except Exception as e:  # noqa: BLE001
             return {**result, "status": "error", "detail": f"{type(e).__name__}: {e}"[:300],
                     "fallback": bool(torch_neuronx.get_fallback_ops())}
+        values = not (_value_free(op) or _random_sample(ns))
+        device = "neuron" if _targets_neuron(ns) else "cpu"
         try:
-            _compare(actual, expected, values=not (_value_free(op) or _random_sample(ns)),
-                     device="neuron" if _targets_neuron(ns) else "cpu")
+            _compare(actual, expected, values=values, device=device)
         except Exception as e:  # noqa: BLE001
             return {**result, "status": "fail", "detail": f"{type(e).__name__}: {e}"[:300],
+                    "fallback": bool(torch_neuronx.get_fallback_ops())}
+        problem = _compare_variants(op, ns, sample, expected, values, device)
+        if problem is not None:
+            return {**result, "status": problem[0], "detail": problem[1][:300],
                     "fallback": bool(torch_neuronx.get_fallback_ops())}
         compared += 1
     if dtype_name == "float32" and op.supports_autograd and samples and not _value_free(op):
@@ -215,6 +295,9 @@ def run_one(op, dtype_name: str, max_samples: int) -> dict:
         except Exception as e:  # noqa: BLE001
             return {**result, "status": "fail", "detail": f"gradient: {type(e).__name__}: {e}"[:300],
                     "fallback": bool(torch_neuronx.get_fallback_ops())}
+    # Which ATen ops ran their CPU kernel synchronously (generic) or queued (meta + CPU kernel).
+    result["generic_ops"] = torch_neuronx.get_generic_ops()
+    result["queued_ops"] = torch_neuronx.get_queued_ops()
     if compared == 0:
         result["status"] = "cpu-error"
         result["detail"] = "every sample raised on CPU"
@@ -295,9 +378,17 @@ def summarize(results: list) -> dict:
     for r in results:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     n = max(1, len(comparable))
+    generic, queued = {}, {}
+    for r in results:
+        for name, c in r.get("generic_ops", {}).items():
+            generic[name] = generic.get(name, 0) + c
+        for name, c in r.get("queued_ops", {}).items():
+            queued[name] = queued.get(name, 0) + c
     return {"pairs": len(results), "comparable": len(comparable), "counts": counts,
             "pass_rate_native": len(native) / n, "pass_rate_with_fallback": len(passed) / n,
-            "fallback_ops": sorted({r["op"] for r in results if r["fallback"]})}
+            "fallback_ops": sorted({r["op"] for r in results if r["fallback"]}),
+            "aten_calls": {"queued": sum(queued.values()), "generic": sum(generic.values())},
+            "synchronous_aten_ops": sorted(k for k in generic if k not in queued)}
 
 
 def write_report(results: list, out_dir: str) -> dict:
@@ -311,6 +402,10 @@ def write_report(results: list, out_dir: str) -> dict:
     lines += [f"| {k} | {v} |" for k, v in sorted(summary["counts"].items())]
     lines += ["", f"pass rate without fallback: {summary['pass_rate_native']:.2%}",
               f"pass rate with fallback: {summary['pass_rate_with_fallback']:.2%}", "",
+              f"OpInfos that used the CPU fallback: {', '.join(summary['fallback_ops']) or 'none'}", "",
+              "ATen calls without a dedicated kernel: {queued} queued (meta + CPU kernel, asynchronous), "
+              "{generic} run at once in place (generic)".format(**summary["aten_calls"]), "",
+              "ATen ops that only ran synchronously: " + (", ".join(summary["synchronous_aten_ops"]) or "none"), "",
               "## Not passing", "", "| op | dtype | status | detail |", "| --- | --- | --- | --- |"]
     for r in results:
         if r["status"] not in ("pass", "cpu-error"):
@@ -356,7 +451,7 @@ def main(argv=None):
         return
     results = run(args.mode)
     summary = write_report(results, args.out)
-    print(json.dumps({k: v for k, v in summary.items() if k != "fallback_ops"}, indent=1))
+    print(json.dumps({k: v for k, v in summary.items() if k not in ("fallback_ops", "synchronous_aten_ops")}, indent=1))
     print(f"report: {args.out}/conformance.md")
     if args.check:
         problems = check_against_expected(results, args.mode)
