@@ -8,7 +8,7 @@ import time
 
 import torch
 
-import torch_neuronx  # noqa: F401
+import torch_neuronx
 
 ROUNDS = 7
 
@@ -47,6 +47,26 @@ def main():
             r = compare(make, 20000)
             print(f"{name + f' [{n}]':<22}{r['cpu'] * 1e6:>10.2f}{r['neuron'] * 1e6:>10.2f}"
                   f"{r['neuron'] / r['cpu']:>8.2f}")
+    print("\nops without a dedicated kernel, queued through meta + CPU kernel (µs/op)")
+    print(f"{'op':<30}{'cpu':>10}{'neuron':>10}{'ratio':>8}")
+    F = torch.nn.functional
+    queued = {
+        "cat 2x[64,64]": lambda d: (lambda a: lambda: torch.cat([a, a]))(torch.randn(64, 64, device=d)),
+        "index_select [1024,64]": lambda d: (lambda a, i: lambda: torch.index_select(a, 0, i))(
+            torch.randn(1024, 64, device=d), torch.randint(0, 1024, (256,), device=d)),
+        "where [64,64]": lambda d: (lambda a: lambda: torch.where(a > 0, a, -a))(torch.randn(64, 64, device=d)),
+        "layer_norm bf16 [512,1024]": lambda d: (lambda a: lambda: F.layer_norm(a, (1024,)))(
+            torch.randn(512, 1024, dtype=torch.bfloat16, device=d)),
+        "sdpa causal [2,8,128,64]": lambda d: (lambda q: lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True))(
+            torch.randn(2, 8, 128, 64, device=d)),
+    }
+    torch_neuronx.reset_fallback_ops()
+    for name, make in queued.items():
+        r = compare(make, 200)
+        print(f"{name:<30}{r['cpu'] * 1e6:>10.2f}{r['neuron'] * 1e6:>10.2f}{r['neuron'] / r['cpu']:>8.2f}")
+    generic = torch_neuronx.get_generic_ops()
+    print(f"queued calls: {sum(torch_neuronx.get_queued_ops().values())}, synchronous (first call of each "
+          f"signature, checked against the CPU): {sum(generic.values())}")
     print("\nthroughput (higher is better)")
     print(f"{'op':<26}{'cpu':>10}{'neuron':>10}{'ratio':>8}  target >= 0.95")
     n = 1024

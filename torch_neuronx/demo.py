@@ -139,7 +139,8 @@ def main(argv=None):
         print(f"CPU fallbacks: {sum(fallback.values())} {fallback if fallback else ''}")
         queued = torch_neuronx.get_queued_ops()
         print(f"ops queued through meta + CPU kernels (asynchronous): {sum(queued.values())} calls of {len(queued)} ops")
-        print(f"generic in-place ops (synchronous, no copy): {sum(generic.values())} calls of {len(generic)} ops")
+        print(f"generic in-place ops (synchronous, no copy): {sum(generic.values())} calls of {len(generic)} ops"
+              f" {generic if generic else ''}")
         return loss_val, fallback
     return loss_val, {}
 

@@ -28,6 +28,7 @@
 
 #include "aten/generic_ops.h"
 #include "aten/op_stats.h"
+#include "aten/shape_cache.h"
 #include "core/storage.h"
 
 namespace torch_neuronx {
@@ -38,7 +39,9 @@ namespace {
 struct Plan {
   bool eligible = false;
   bool writes_args = false;                   // in-place or out=: the op runs as it is
-  std::optional<c10::OperatorHandle> out_op;  // functional: the out= overload the task runs
+  // Functional: the out= overload the task runs; without one, the task runs the op itself and
+  // copies its results into the outputs.
+  std::optional<c10::OperatorHandle> out_op;
   std::vector<size_t> return_args;            // writes_args: the argument each return is
 };
 
@@ -133,7 +136,7 @@ Plan make_plan(const c10::OperatorHandle& op) {
       if (r.alias_info()) return p;
     }
     p.out_op = find_out_overload(schema);
-    if (!p.out_op) return p;
+    if (!p.out_op && !op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU)) return p;
   }
   p.eligible = true;
   return p;
@@ -211,6 +214,10 @@ TensorDesc describe(Call& c, const at::Tensor& t) {
   const size_t numel_class = t.numel() == 0 ? 0 : t.numel() == 1 ? 1 : 2;
   mix(c, static_cast<size_t>(t.scalar_type()) * 16 + numel_class * 4 + (t.is_contiguous() ? 2 : 0) +
              (t.dim() == 0 ? 1 : 0));
+  // Which dimensions have size 1: layouts are checked on the others, so these must match too.
+  size_t ones = static_cast<size_t>(t.dim()) << 32;
+  for (int64_t d = 0; d < t.dim() && d < 32; ++d) ones |= (t.size(d) == 1 ? size_t{1} << d : 0);
+  mix(c, ones);
   return note(c, t) ? TensorDesc::of(t) : TensorDesc();
 }
 
@@ -219,35 +226,57 @@ at::Tensor meta_mirror(const at::Tensor& t) {
   return at::detail::empty_strided_meta(t.sizes(), t.strides(), t.scalar_type());
 }
 
-// The meta kernel's arguments, and the task's capture of the real ones.
-c10::IValue mirror_and_capture(Call& c, const c10::IValue& v, QueuedArg& q) {
-  if (v.isTensor()) {
-    const auto& t = v.toTensor();
-    if (!t.defined()) {
-      q.value = v;
-      return v;
-    }
+// The task's capture of an argument; it also goes into the signature and the shape key.
+void capture_arg(Call& c, ShapeKey& key, const c10::IValue& v, QueuedArg& q) {
+  if (v.isTensor() && v.toTensor().defined()) {
     q.kind = QueuedArg::kTensor;
-    q.tensors.push_back(describe(c, t));
-    return meta_mirror(t);
+    q.tensors.push_back(describe(c, v.toTensor()));
+    key.add_tensor(v.toTensor());
+    return;
   }
   if (v.isTensorList()) {
     q.kind = QueuedArg::kTensorList;
-    c10::List<at::Tensor> mirrors;
-    for (const at::Tensor& t : v.toTensorList()) {
+    const auto list = v.toTensorList();
+    key.add_value(static_cast<int64_t>(list.size()));
+    for (const at::Tensor& t : list) {
       q.tensors.push_back(describe(c, t));
-      mirrors.push_back(meta_mirror(t));
+      key.add_tensor(t);
     }
-    return mirrors;
+    return;
   }
   if (v.isOptionalTensorList()) {
     q.kind = QueuedArg::kOptionalTensorList;
-    c10::List<std::optional<at::Tensor>> mirrors;
-    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
+    const auto list = v.toOptionalTensorList();
+    key.add_value(static_cast<int64_t>(list.size()));
+    for (const std::optional<at::Tensor>& t : list) {
       const bool present = t.has_value() && t->defined();
       q.present.push_back(present);
-      if (present) {
-        q.tensors.push_back(describe(c, *t));
+      if (present) q.tensors.push_back(describe(c, *t));
+      key.add_tensor(present ? *t : at::Tensor());
+    }
+    return;
+  }
+  if (v.isDevice() || v.isGenerator() || v.isStorage()) c.ok = false;
+  if (v.isBool()) mix(c, v.toBool() ? 11 : 13);
+  if (v.isInt()) mix(c, static_cast<size_t>(v.toInt()) * 31 + 7);  // dims, reductions, dtypes
+  if (v.isNone()) mix(c, 17);
+  if (!v.isTensor()) key.add_value(v);
+  else key.add_tensor(at::Tensor());
+  q.value = v;
+}
+
+// The meta kernel's argument: device tensors become shape-only mirrors.
+c10::IValue mirror_arg(const c10::IValue& v) {
+  if (v.isTensor()) return meta_mirror(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> mirrors;
+    for (const at::Tensor& t : v.toTensorList()) mirrors.push_back(meta_mirror(t));
+    return mirrors;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> mirrors;
+    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
+      if (t.has_value() && t->defined()) {
         mirrors.push_back(meta_mirror(*t));
       } else {
         mirrors.push_back(std::nullopt);
@@ -255,11 +284,6 @@ c10::IValue mirror_and_capture(Call& c, const c10::IValue& v, QueuedArg& q) {
     }
     return mirrors;
   }
-  if (v.isDevice() || v.isGenerator() || v.isStorage()) c.ok = false;
-  if (v.isBool()) mix(c, v.toBool() ? 11 : 13);
-  if (v.isInt()) mix(c, static_cast<size_t>(v.toInt()) * 31 + 7);  // dims, reductions, dtypes
-  if (v.isNone()) mix(c, 17);
-  q.value = v;
   return v;
 }
 
@@ -302,6 +326,21 @@ torch::jit::Stack run_cpu(const c10::OperatorHandle& op, const std::vector<Queue
   return args;
 }
 
+// A functional op's task: the out= kernel over the outputs (the last captured arguments), or the
+// op itself and a copy of its results into them. Returns the arguments it ran on.
+torch::jit::Stack run_into_outputs(const c10::OperatorHandle& op, const std::optional<c10::OperatorHandle>& out_op,
+                                   const std::vector<QueuedArg>& captured) {
+  if (out_op) return run_cpu(*out_op, captured);
+  const size_t nargs = op.schema().arguments().size();
+  torch::jit::Stack all;
+  all.reserve(captured.size());
+  for (const auto& q : captured) all.push_back(unpack(q));
+  torch::jit::Stack s(all.begin(), all.begin() + nargs);
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
+  for (size_t r = 0; r < s.size(); ++r) all[nargs + r].toTensor().copy_(s[r].toTensor());
+  return all;
+}
+
 struct DiscardWarnings final : c10::WarningHandler {
   void process(const c10::Warning&) override {}
 };
@@ -309,15 +348,15 @@ struct DiscardWarnings final : c10::WarningHandler {
 // Runs `op` at once over `call`, in which the arguments at the positions in `scratch` are fresh
 // outputs; true if the kernel ran and left each of them as allocated. Its warnings are the
 // scratch run's, not the user's call's, so they are dropped.
-bool leaves_outputs_in_place(c10::DeviceIndex device, const c10::OperatorHandle& op,
-                             const std::vector<QueuedArg>& call,
+template <class Run>
+bool leaves_outputs_in_place(c10::DeviceIndex device, const Run& run, const std::vector<QueuedArg>& call,
                              const std::vector<std::pair<size_t, at::Tensor>>& scratch) {
   bool holds = true;
   run_now(device, [&] {
     DiscardWarnings discard;
     c10::WarningUtils::WarningHandlerGuard guard(&discard);
     try {
-      auto views = run_cpu(op, call);
+      auto views = run(call);
       for (const auto& [i, buf] : scratch) {
         const at::Tensor& v = views[i].toTensor();
         holds = holds && v.storage().data() == buf.storage().data() && v.sizes() == buf.sizes() &&
@@ -337,24 +376,98 @@ QueuedArg tensor_arg(const at::Tensor& t) {
   return q;
 }
 
+// Strides of size-1 dimensions mean nothing, and CPU kernels and meta pick them differently.
+bool same_layout(const at::Tensor& a, const at::Tensor& b) {
+  if (a.sizes() != b.sizes()) return false;
+  for (int64_t d = 0; d < a.dim(); ++d) {
+    if (a.size(d) > 1 && a.stride(d) != b.stride(d)) return false;
+  }
+  return true;
+}
+
 bool written_tensor(const c10::FunctionSchema& schema, const torch::jit::Stack& args, size_t i) {
   const auto& info = schema.arguments()[i].alias_info();
   return info && info->isWrite() && args[i].isTensor() && args[i].toTensor().defined();
 }
 
-// Written arguments whose meta mirror was resized (out= tensors of the wrong shape) get the
-// same shape on the device before the kernel is queued, as the CPU kernel would have given them.
+OutputMeta meta_of(const at::Tensor& t, c10::ScalarType dtype) {
+  OutputMeta m;
+  m.sizes.assign(t.sizes().begin(), t.sizes().end());
+  m.strides.assign(t.strides().begin(), t.strides().end());
+  m.dtype = dtype;
+  return m;
+}
+
+// Written arguments (out= tensors of the wrong shape) take the shapes meta gave them before the
+// kernel is queued, as the CPU kernel would have given them.
 void size_written_args(const c10::FunctionSchema& schema, const torch::jit::Stack& args,
-                       const torch::jit::Stack& mirrors) {
+                       const std::vector<OutputMeta>& shapes) {
+  size_t k = 0;
   for (size_t i = 0; i < schema.arguments().size(); ++i) {
-    const auto& info = schema.arguments()[i].alias_info();
-    if (!info || !info->isWrite() || !args[i].isTensor()) continue;
+    if (!written_tensor(schema, args, i)) continue;
     at::Tensor real = args[i].toTensor();
-    const at::Tensor& m = mirrors[i].toTensor();
-    if (!real.defined() || (real.sizes() == m.sizes() && real.strides() == m.strides())) continue;
-    real.resize_(m.sizes());
-    if (real.strides() != m.strides()) real.as_strided_(m.sizes(), m.strides());
+    const OutputMeta& m = shapes[k++];
+    if (real.sizes() == c10::IntArrayRef(m.sizes) && real.strides() == c10::IntArrayRef(m.strides)) continue;
+    real.resize_(m.sizes);
+    if (real.strides() != c10::IntArrayRef(m.strides)) real.as_strided_(m.sizes, m.strides);
   }
+}
+
+// The first call of an in-place or out= op with a signature. The generic path computes it; the
+// written tensors must end up as meta shaped their mirrors. out= kernels then run once more,
+// over scratch outputs that meta sized, which they must leave as allocated: some use an output
+// as scratch of the input's size.
+void check_writing_op(const c10::OperatorHandle& op, const Call& call, torch::jit::Stack* stack,
+                      const torch::jit::Stack& args, const torch::jit::Stack& meta_args,
+                      const std::vector<QueuedArg>& captured) {
+  const auto& schema = op.schema();
+  run_generic(op, stack);  // a user error raises here, and leaves the verdict open
+  bool holds = true, out_only = true;
+  std::vector<QueuedArg> scratch_call = captured;
+  std::vector<std::pair<size_t, at::Tensor>> scratch;
+  for (size_t i = 0; i < args.size() && holds; ++i) {
+    if (!written_tensor(schema, args, i)) continue;
+    const at::Tensor& t = args[i].toTensor();
+    const at::Tensor& m = meta_args[i].toTensor();
+    holds = t.scalar_type() == m.scalar_type() && same_layout(t, m);
+    out_only = out_only && schema.arguments()[i].kwarg_only();
+    auto buf = empty_neuron(m.sizes(), m.strides(), m.scalar_type(), call.device);
+    scratch_call[i] = tensor_arg(buf);
+    scratch.emplace_back(i, std::move(buf));
+  }
+  if (holds && out_only) {
+    holds = leaves_outputs_in_place(call.device, [&](const auto& c) { return run_cpu(op, c); }, scratch_call, scratch);
+  }
+  set_verdict(op, call.signature, holds ? Verdict::kHolds : Verdict::kFails);
+}
+
+// The first call of a functional op with a signature. The generic path computes it; its results
+// must have the shapes and strides meta predicted. The dtypes are the CPU kernel's: where meta's
+// differ (bfloat16 layer norm keeps float32 statistics on the CPU), the CPU's are remembered.
+// Then the out= kernel runs once over scratch outputs, which it must leave as allocated: out=
+// kernels may restride or reallocate their outputs.
+void check_functional_op(const c10::OperatorHandle& op, const std::optional<c10::OperatorHandle>& out_op,
+                         const Call& call,
+                         torch::jit::Stack* stack, const torch::jit::Stack& meta,
+                         std::vector<QueuedArg> captured) {
+  const size_t nargs = op.schema().arguments().size(), nret = op.schema().returns().size();
+  run_generic(op, stack);  // a user error raises here, and leaves the verdict open
+  bool holds = true;
+  std::vector<c10::ScalarType> dtypes(nret, c10::ScalarType::Undefined);
+  std::vector<std::pair<size_t, at::Tensor>> scratch;
+  for (size_t r = 0; r < nret && holds; ++r) {
+    const at::Tensor& a = (*stack)[stack->size() - nret + r].toTensor();
+    const at::Tensor& m = meta[r].toTensor();
+    holds = a.defined() && same_layout(a, m);
+    if (holds && a.scalar_type() != m.scalar_type()) dtypes[r] = a.scalar_type();
+    if (holds) scratch.emplace_back(nargs + r, empty_neuron(m.sizes(), m.strides(), a.scalar_type(), call.device));
+  }
+  if (holds) {
+    for (const auto& [i, t] : scratch) captured.push_back(tensor_arg(t));
+    holds = leaves_outputs_in_place(
+        call.device, [&](const auto& c) { return run_into_outputs(op, out_op, c); }, captured, scratch);
+  }
+  set_verdict(op, call.signature, holds ? Verdict::kHolds : Verdict::kFails, std::move(dtypes));
 }
 
 }  // namespace
@@ -363,56 +476,67 @@ bool try_queue(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const Plan& plan = plan_for(op);
   if (!plan.eligible) return false;
   const auto& schema = op.schema();
-  const size_t nargs = schema.arguments().size();
+  const size_t nargs = schema.arguments().size(), nret = schema.returns().size();
   const size_t first = stack->size() - nargs;
+  const torch::jit::Stack args(stack->begin() + first, stack->end());
 
   Call call;
+  ShapeKey key;
   std::vector<QueuedArg> captured(nargs);
-  torch::jit::Stack meta;
-  meta.reserve(nargs);
-  for (size_t i = 0; i < nargs; ++i) meta.push_back(mirror_and_capture(call, (*stack)[first + i], captured[i]));
+  for (size_t i = 0; i < nargs; ++i) capture_arg(call, key, args[i], captured[i]);
   if (!call.ok || call.device < 0) return false;
   const Checked checked = check_for(op, call.signature);
-  const Verdict verdict = checked.verdict;
-  if (verdict == Verdict::kFails) return false;
+  if (checked.verdict == Verdict::kFails) return false;
 
-  torch::jit::Stack meta_args(meta.begin(), meta.end());  // the meta kernel consumes its stack
-  try {
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
-  } catch (const c10::NotImplementedError&) {
-    mark_ineligible(op);  // no usable meta kernel after all
-    return false;
-  } catch (const std::exception&) {
-    return false;  // bad arguments, or a value-dependent shape: the CPU kernel raises or decides
-  }
-
-  const size_t nret = schema.returns().size();
-  torch::jit::Stack results;
-  if (plan.writes_args) {
-    torch::jit::Stack args(stack->begin() + first, stack->end());
-    if (verdict == Verdict::kUnknown) {
-      // The generic path computes this call; the written tensors must end up as meta shaped its
-      // mirrors. out= kernels then run once more, over scratch outputs that meta sized, which
-      // they must leave as allocated: some use an output as scratch of the input's size.
-      run_generic(op, stack);  // a user error raises here, and leaves the verdict open
-      bool holds = true, out_only = true;
-      std::vector<QueuedArg> scratch_call = captured;
-      std::vector<std::pair<size_t, at::Tensor>> scratch;
-      for (size_t i = 0; i < nargs && holds; ++i) {
-        if (!written_tensor(schema, args, i)) continue;
-        const at::Tensor& t = args[i].toTensor();
-        const at::Tensor& m = meta_args[i].toTensor();
-        holds = t.scalar_type() == m.scalar_type() && t.sizes() == m.sizes() && t.strides() == m.strides();
-        out_only = out_only && schema.arguments()[i].kwarg_only();
-        auto buf = empty_neuron(m.sizes(), m.strides(), m.scalar_type(), call.device);
-        scratch_call[i] = tensor_arg(buf);
-        scratch.emplace_back(i, std::move(buf));
+  // The outputs' (or written arguments') shapes: remembered for this exact call, or from meta.
+  std::optional<std::vector<OutputMeta>> shapes;
+  if (checked.verdict == Verdict::kHolds && key.usable()) shapes = find_shapes(&schema, key);
+  if (!shapes) {
+    torch::jit::Stack meta;
+    meta.reserve(nargs);
+    for (const auto& v : args) meta.push_back(mirror_arg(v));
+    const torch::jit::Stack meta_args = meta;  // the meta kernel consumes its stack
+    try {
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+    } catch (const c10::NotImplementedError&) {
+      mark_ineligible(op);  // no usable meta kernel after all
+      return false;
+    } catch (const std::exception&) {
+      return false;  // bad arguments, or a value-dependent shape: the CPU kernel raises or decides
+    }
+    if (checked.verdict == Verdict::kUnknown) {
+      if (plan.writes_args) {
+        check_writing_op(op, call, stack, args, meta_args, captured);
+      } else {
+        for (size_t r = 0; r < nret; ++r) {
+          if (!meta[r].toTensor().defined()) return false;
+        }
+        check_functional_op(op, plan.out_op, call, stack, meta, std::move(captured));
       }
-      if (holds && out_only) holds = leaves_outputs_in_place(call.device, op, scratch_call, scratch);
-      set_verdict(op, call.signature, holds ? Verdict::kHolds : Verdict::kFails);
       return true;
     }
-    size_written_args(schema, args, meta_args);
+    shapes.emplace();
+    if (plan.writes_args) {
+      for (size_t i = 0; i < nargs; ++i) {
+        if (written_tensor(schema, args, i)) {
+          const at::Tensor& m = meta_args[i].toTensor();
+          shapes->push_back(meta_of(m, m.scalar_type()));
+        }
+      }
+    } else {
+      for (size_t r = 0; r < nret; ++r) {
+        const at::Tensor& m = meta[r].toTensor();
+        if (!m.defined()) return false;
+        const auto learned = r < checked.dtypes.size() ? checked.dtypes[r] : c10::ScalarType::Undefined;
+        shapes->push_back(meta_of(m, learned == c10::ScalarType::Undefined ? m.scalar_type() : learned));
+      }
+    }
+    if (key.usable()) remember_shapes(&schema, std::move(key), *shapes);
+  }
+
+  torch::jit::Stack results;
+  if (plan.writes_args) {
+    size_written_args(schema, args, *shapes);
     // Resizing may have moved a written tensor's storage: describe it as it is now.
     for (size_t i = 0; i < nargs; ++i) {
       if (written_tensor(schema, args, i)) captured[i] = tensor_arg(args[i].toTensor());
@@ -420,43 +544,13 @@ bool try_queue(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     for (size_t r = 0; r < nret; ++r) results.push_back(args[plan.return_args[r]]);
     launch(call.device, schema.name().c_str(), [op, captured = std::move(captured)] { run_cpu(op, captured); });
   } else {
-    for (size_t r = 0; r < nret; ++r) {
-      if (!meta[r].toTensor().defined()) return false;
-    }
-    if (verdict == Verdict::kUnknown) {
-      // First, the generic path computes this call; its results must have the shapes and
-      // strides meta predicted. The dtypes are the CPU kernel's: where meta's differ (bfloat16
-      // layer norm keeps float32 statistics on the CPU), the CPU's are remembered. Then the out=
-      // kernel runs once over scratch outputs, which it must leave as allocated: out= kernels
-      // may restride or reallocate their outputs.
-      run_generic(op, stack);  // a user error raises here, and leaves the verdict open
-      bool holds = true;
-      std::vector<c10::ScalarType> dtypes(nret, c10::ScalarType::Undefined);
-      std::vector<std::pair<size_t, at::Tensor>> scratch;
-      for (size_t r = 0; r < nret && holds; ++r) {
-        const at::Tensor& a = (*stack)[stack->size() - nret + r].toTensor();
-        const at::Tensor& m = meta[r].toTensor();
-        holds = a.defined() && a.sizes() == m.sizes() && a.strides() == m.strides();
-        if (holds && a.scalar_type() != m.scalar_type()) dtypes[r] = a.scalar_type();
-        if (holds) scratch.emplace_back(nargs + r, empty_neuron(m.sizes(), m.strides(), a.scalar_type(), call.device));
-      }
-      if (holds) {
-        for (const auto& [i, t] : scratch) captured.push_back(tensor_arg(t));
-        holds = leaves_outputs_in_place(call.device, *plan.out_op, captured, scratch);
-      }
-      set_verdict(op, call.signature, holds ? Verdict::kHolds : Verdict::kFails, std::move(dtypes));
-      return true;
-    }
-    for (size_t r = 0; r < nret; ++r) {
-      const at::Tensor& m = meta[r].toTensor();
-      const auto learned = r < checked.dtypes.size() ? checked.dtypes[r] : c10::ScalarType::Undefined;
-      const auto dtype = learned == c10::ScalarType::Undefined ? m.scalar_type() : learned;
-      at::Tensor out = empty_neuron(m.sizes(), m.strides(), dtype, call.device);
+    for (const OutputMeta& m : *shapes) {
+      at::Tensor out = empty_neuron(m.sizes, m.strides, m.dtype, call.device);
       captured.push_back(tensor_arg(out));
       results.push_back(std::move(out));
     }
     launch(call.device, schema.name().c_str(),
-           [out_op = *plan.out_op, captured = std::move(captured)] { run_cpu(out_op, captured); });
+           [op, out_op = plan.out_op, captured = std::move(captured)] { run_into_outputs(op, out_op, captured); });
   }
   record_queued(op);
   stack->erase(stack->begin() + first, stack->end());

@@ -5,6 +5,8 @@
 #include <c10/core/Stream.h>
 #include <c10/util/Exception.h>
 
+#include <string>
+
 #include "neuronrt/runtime.h"
 
 namespace torch_neuronx {
@@ -39,7 +41,12 @@ auto checked(F&& f) -> decltype(f()) {
   } catch (const c10::Error&) {
     throw;
   } catch (const std::exception& e) {
-    TORCH_CHECK(false, e.what());
+    // A kernel's error reaches the host at the next synchronizing call; it carries the message,
+    // not the C++ backtrace of the worker thread that c10 errors append.
+    std::string msg = e.what();
+    const auto bt = msg.find("\nException raised from ");
+    if (bt != std::string::npos) msg.resize(bt);
+    TORCH_CHECK(false, msg);
   }
 }
 

@@ -5,7 +5,6 @@
 #include <c10/util/SmallVector.h>
 #include <c10/core/StorageImpl.h>
 
-#include <stdexcept>
 #include <vector>
 
 #include "core/device.h"
@@ -58,20 +57,10 @@ struct TensorDesc {
 };
 
 // Queues `fn` on the current stream of `device`.
-// A kernel's error surfaces at the next synchronizing call; it carries the message, not the C++
-// backtrace of the worker thread.
 template <class F>
 void launch(c10::DeviceIndex device, const char* name, F&& fn) {
   auto& q = current_queue(device);
-  checked([&] {
-    q.submit(name, [fn = std::forward<F>(fn)]() mutable {
-      try {
-        fn();
-      } catch (const c10::Error& e) {
-        throw std::runtime_error(e.what_without_backtrace());
-      }
-    });
-  });
+  checked([&] { q.submit(name, std::forward<F>(fn)); });
 }
 // Runs `fn` on the host after the current stream of `device` drains, with device memory open.
 void run_now(c10::DeviceIndex device, const neuronrt::Task& fn);

@@ -1,0 +1,125 @@
+#include "aten/shape_cache.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace torch_neuronx {
+namespace {
+
+constexpr size_t kMaxEntries = 8192;
+
+int64_t bits_of(double d) {
+  int64_t b;
+  std::memcpy(&b, &d, sizeof b);
+  return b;
+}
+
+struct Entry {
+  const void* op;
+  ShapeKey key;
+  bool operator==(const Entry& o) const { return op == o.op && key == o.key; }
+};
+struct EntryHash {
+  size_t operator()(const Entry& e) const { return e.key.hash() ^ std::hash<const void*>()(e.op); }
+};
+
+std::mutex mu;
+std::unordered_map<Entry, std::vector<OutputMeta>, EntryHash>& cache() {
+  static auto* c = new std::unordered_map<Entry, std::vector<OutputMeta>, EntryHash>();
+  return *c;
+}
+
+}  // namespace
+
+void ShapeKey::add_tensor(const at::Tensor& t) {
+  if (!t.defined()) {
+    add(-1);
+    return;
+  }
+  add(static_cast<int64_t>(t.scalar_type()));
+  add(static_cast<int64_t>(t.device().type()));
+  add(t.dim());
+  for (int64_t s : t.sizes()) add(s);
+  for (int64_t s : t.strides()) add(s);
+  if (!t.device().is_cpu()) return;
+  if (t.dim() != 0) {
+    usable_ = false;  // only 0-dim host tensors (scalars) take the queued path
+    return;
+  }
+  // A host scalar operand: meta sees its value only through type promotion, but keep it exact.
+  add(t.unsafeGetTensorImpl()->is_wrapped_number() ? 1 : 0);
+  add_value(t.item());
+}
+
+void ShapeKey::add_value(const c10::IValue& v) {
+  // Each kind adds a distinct tag first, so values of different kinds never collide.
+  if (v.isNone()) {
+    add(1);
+  } else if (v.isInt()) {
+    add(2);
+    add(v.toInt());
+  } else if (v.isBool()) {
+    add(3);
+    add(v.toBool() ? 1 : 0);
+  } else if (v.isDouble()) {
+    add(4);
+    add(bits_of(v.toDouble()));
+  } else if (v.isIntList()) {
+    const auto l = v.toIntList();
+    add(5);
+    add(static_cast<int64_t>(l.size()));
+    for (int64_t x : l) add(x);
+  } else if (v.isDoubleList()) {
+    const auto l = v.toDoubleList();
+    add(6);
+    add(static_cast<int64_t>(l.size()));
+    for (double x : l) add(bits_of(x));
+  } else if (v.isString()) {
+    const std::string& str = v.toStringRef();
+    add(7);
+    add(static_cast<int64_t>(str.size()));
+    for (size_t i = 0; i < str.size(); i += 8) {
+      int64_t w = 0;
+      std::memcpy(&w, str.data() + i, std::min<size_t>(8, str.size() - i));
+      add(w);
+    }
+  } else if (v.isScalar()) {
+    const auto s = v.toScalar();
+    add(8);
+    add(static_cast<int64_t>(s.type()));
+    if (s.isFloatingPoint()) {
+      add(bits_of(s.toDouble()));
+    } else if (s.isIntegral(/*includeBool=*/true)) {
+      add(s.toLong());
+    } else {
+      usable_ = false;  // complex and symbolic scalars
+    }
+  } else {
+    usable_ = false;
+  }
+}
+
+size_t ShapeKey::hash() const {
+  size_t h = 1469598103934665603ULL;
+  for (int64_t w : words_) h = (h ^ static_cast<size_t>(w)) * 1099511628211ULL;
+  return h;
+}
+
+std::optional<std::vector<OutputMeta>> find_shapes(const void* op, const ShapeKey& key) {
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache().find(Entry{op, key});
+  if (it == cache().end()) return std::nullopt;
+  return it->second;
+}
+
+void remember_shapes(const void* op, ShapeKey key, std::vector<OutputMeta> outputs) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache().size() >= kMaxEntries) cache().clear();
+  cache()[Entry{op, std::move(key)}] = std::move(outputs);
+}
+
+}  // namespace torch_neuronx

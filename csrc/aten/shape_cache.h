@@ -1,0 +1,41 @@
+// What meta kernels said, remembered per exact call metadata. A model repeats the same shapes
+// every step, and a meta kernel (often Python, in torch._meta_registrations) costs 20-200 µs,
+// so the queued path asks it once per distinct call and reuses the answer.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <c10/util/SmallVector.h>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace torch_neuronx {
+
+// Everything meta can see of a call: tensor dtypes, sizes and strides, and argument values.
+// Two calls with equal keys get the same output metadata and pass the same argument checks.
+class ShapeKey {
+ public:
+  void add_tensor(const at::Tensor& t);
+  void add_value(const c10::IValue& v);  // a value no key can hold makes the key unusable
+  bool usable() const { return usable_; }
+  size_t hash() const;
+  bool operator==(const ShapeKey& o) const { return words_ == o.words_; }
+
+ private:
+  void add(int64_t w) { words_.push_back(w); }
+  c10::SmallVector<int64_t, 32> words_;
+  bool usable_ = true;
+};
+
+struct OutputMeta {
+  c10::SmallVector<int64_t, 5> sizes, strides;
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
+};
+
+// Bounded (it is cleared when full): shapes that never repeat must not grow it without limit.
+std::optional<std::vector<OutputMeta>> find_shapes(const void* op, const ShapeKey& key);
+void remember_shapes(const void* op, ShapeKey key, std::vector<OutputMeta> outputs);
+
+}  // namespace torch_neuronx
