@@ -316,12 +316,15 @@ c10::IValue unpack(const QueuedArg& q) {
   return q.value;
 }
 
-// Runs the CPU kernel over views of the captured arguments; returns the arguments it ran on.
-torch::jit::Stack run_cpu(const c10::OperatorHandle& op, const std::vector<QueuedArg>& captured) {
+// Runs the CPU kernel over views of the captured arguments. The checks want the arguments it
+// ran on (to see whether it restrided an output); the queued tasks do not, and skip the copy.
+torch::jit::Stack run_cpu(const c10::OperatorHandle& op, const std::vector<QueuedArg>& captured,
+                          bool want_args = false) {
   torch::jit::Stack s;
   s.reserve(captured.size());
   for (const auto& q : captured) s.push_back(unpack(q));
-  torch::jit::Stack args = s;
+  torch::jit::Stack args;
+  if (want_args) args = s;
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
   return args;
 }
@@ -329,8 +332,8 @@ torch::jit::Stack run_cpu(const c10::OperatorHandle& op, const std::vector<Queue
 // A functional op's task: the out= kernel over the outputs (the last captured arguments), or the
 // op itself and a copy of its results into them. Returns the arguments it ran on.
 torch::jit::Stack run_into_outputs(const c10::OperatorHandle& op, const std::optional<c10::OperatorHandle>& out_op,
-                                   const std::vector<QueuedArg>& captured) {
-  if (out_op) return run_cpu(*out_op, captured);
+                                   const std::vector<QueuedArg>& captured, bool want_args = false) {
+  if (out_op) return run_cpu(*out_op, captured, want_args);
   const size_t nargs = op.schema().arguments().size();
   torch::jit::Stack all;
   all.reserve(captured.size());
@@ -436,7 +439,7 @@ void check_writing_op(const c10::OperatorHandle& op, const Call& call, torch::ji
     scratch.emplace_back(i, std::move(buf));
   }
   if (holds && out_only) {
-    holds = leaves_outputs_in_place(call.device, [&](const auto& c) { return run_cpu(op, c); }, scratch_call, scratch);
+    holds = leaves_outputs_in_place(call.device, [&](const auto& c) { return run_cpu(op, c, true); }, scratch_call, scratch);
   }
   set_verdict(op, call.signature, holds ? Verdict::kHolds : Verdict::kFails);
 }
@@ -465,7 +468,7 @@ void check_functional_op(const c10::OperatorHandle& op, const std::optional<c10:
   if (holds) {
     for (const auto& [i, t] : scratch) captured.push_back(tensor_arg(t));
     holds = leaves_outputs_in_place(
-        call.device, [&](const auto& c) { return run_into_outputs(op, out_op, c); }, captured, scratch);
+        call.device, [&](const auto& c) { return run_into_outputs(op, out_op, c, true); }, captured, scratch);
   }
   set_verdict(op, call.signature, holds ? Verdict::kHolds : Verdict::kFails, std::move(dtypes));
 }
