@@ -14,34 +14,13 @@ def _autoload():
 
 import torch  # noqa: E402
 
-
-def _load_extension():
-    """The built extension registers the device's kernels, allocator and hooks. Run from a source
-    checkout (which has no built extension), this finds the installed one."""
-    try:
-        from . import _C
-
-        return _C
-    except ImportError:
-        import glob
-        import importlib.util
-        import os
-        import sys
-
-        here = os.path.dirname(os.path.abspath(__file__))
-        for entry in sys.path:
-            for path in glob.glob(os.path.join(entry or ".", "torch_neuronx", "_C*.so")):
-                if os.path.dirname(os.path.abspath(path)) == here:
-                    continue
-                spec = importlib.util.spec_from_file_location(__name__ + "._C", path)
-                module = importlib.util.module_from_spec(spec)
-                sys.modules[spec.name] = module
-                spec.loader.exec_module(module)
-                return module
-        raise
-
-
-_C = _load_extension()
+try:
+    from . import _C  # noqa: E402  (registers the device's kernels, allocator and hooks)
+except ImportError as e:  # pragma: no cover - a source checkout without a build
+    raise ImportError(
+        "torch_neuronx: the native extension is not built here. Install the package (`make install`) and "
+        "run Python with -P (or from another directory) so this source checkout does not shadow it."
+    ) from e
 
 if torch._C._get_privateuse1_backend_name() != "neuron":
     torch.utils.rename_privateuse1_backend("neuron")
@@ -54,93 +33,23 @@ if not hasattr(torch, "neuron"):
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
 
+from . import _patches  # noqa: E402
 
-def _install_printing():
-    # torch formats tensor values through float64, which Trainium lacks (and would warn about);
-    # the values are formatted from a host copy instead, the device suffix stays.
-    import torch._tensor_str as ts
+_patches.install()
 
-    inner = ts._tensor_str
-
-    def _tensor_str(self, indent):
-        if self.device.type == "neuron":
-            self = self.cpu()
-        return inner(self, indent)
-
-    ts._tensor_str = _tensor_str
-
-
-_install_printing()
-
-
-def _install_device_test_naming():
-    # PyTorch's device-generic test machinery names PrivateUse1 test classes "...PRIVATEUSE1"
-    # until a test class has run once; naming the base "neuron" up front makes
-    # instantiate_device_type_tests(..., only_for="neuron") create "...NEURON" classes. The module
-    # is heavy, so it is patched when (and if) something imports it.
-    import importlib.abc
-    import importlib.util
-    import sys
-
-    target = "torch.testing._internal.common_device_type"
-
-    def patch(module):
-        module.PrivateUse1TestBase.device_type = "neuron"
-
-    if target in sys.modules:
-        patch(sys.modules[target])
-        return
-
-    class _Finder(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path, target_module=None):
-            if name != target:
-                return None
-            sys.meta_path.remove(self)
-            spec = importlib.util.find_spec(name)
-            exec_module = spec.loader.exec_module
-
-            def exec_and_patch(module):
-                exec_module(module)
-                patch(module)
-
-            spec.loader.exec_module = exec_and_patch
-            return spec
-
-    sys.meta_path.insert(0, _Finder())
-
-
-_install_device_test_naming()
-
-
-def _install_linear_cross_entropy_defaults():
-    # linear_cross_entropy's chunked path picks its accumulation dtype and policy per device, and
-    # gives devices it does not list bfloat16/float16 accumulation. Trainium's matmul engine takes
-    # bfloat16/float16 operands and accumulates in float32 (PSUM), so neuron declares what the CPU
-    # and CUDA declare: float32 accumulation, with the CPU's policy.
-    try:
-        from torch.nn.modules import linear_cross_entropy_options as lce
-    except ImportError:
-        return
-    options = getattr(lce, "LinearCrossEntropyOptions", None)
-    resolve = getattr(options, "_resolve_auto_acc_dtype", None)
-    if not hasattr(lce, "_AUTO_DEFAULTS") or resolve is None:
-        return
-    for dtype in (torch.bfloat16, torch.float16):
-        cpu = lce._AUTO_DEFAULTS.get(("cpu", dtype))
-        if cpu is not None:
-            lce._AUTO_DEFAULTS.setdefault(("neuron", dtype), cpu)
-
-    def resolve_auto_acc_dtype(dtype, device):
-        if device is not None and device.type == "neuron" and dtype in (torch.float16, torch.bfloat16):
-            return torch.float32
-        return resolve(dtype, device)
-
-    options._resolve_auto_acc_dtype = staticmethod(resolve_auto_acc_dtype)
-
-
-_install_linear_cross_entropy_defaults()
-
-from .ops import get_fallback_ops, get_generic_ops, get_queued_ops, reset_fallback_ops  # noqa: E402
+from . import config  # noqa: E402,F401
+from .ops import (  # noqa: E402
+    explain,
+    get_fallback_ops,
+    get_generic_ops,
+    get_queued_ops,
+    op_counts,
+    op_report,
+    reset_fallback_ops,
+    reset_op_counts,
+)
 
 __version__ = "0.1.0"
-__all__ = ["get_fallback_ops", "reset_fallback_ops", "get_generic_ops", "get_queued_ops"]
+__all__ = ["op_counts", "reset_op_counts", "explain", "op_report",
+           # deprecated aliases, kept for one release
+           "get_fallback_ops", "reset_fallback_ops", "get_generic_ops", "get_queued_ops"]

@@ -280,6 +280,11 @@ def _sleep(ms: float) -> None:
 
 
 def runtime_config() -> dict:
-    """How the software NeuronCore was configured (profile, launch blocking, sanitizer) and its
-    copy counters."""
+    """How the software NeuronCore was configured (profile, chips, launch blocking, sanitizer)."""
     return dict(_C._runtime_config())
+
+
+def transfer_stats() -> dict:
+    """Bytes copied host to device, device to host and device to device since the process
+    started (transfers are not ops; torch_neuronx.op_counts() counts those)."""
+    return dict(_C._transfer_stats())

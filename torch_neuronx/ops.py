@@ -1,36 +1,84 @@
-"""Which ops ran without a dedicated neuron kernel.
+"""How ops ran on neuron: counts per op and mode, and the plan of any op.
 
-- fallback: the op's tensors were copied to host memory, computed there, and copied back.
-  TORCH_NEURONX_FALLBACK=warn (default, once per op) | error | silent.
-- queued: no dedicated kernel, but the op's meta kernel sized its outputs on the host and its CPU
-  kernel was queued on the stream over device memory: asynchronous, like the dedicated kernels.
-- generic: the op's CPU kernel ran in place on device memory (no copy), synchronously on the
-  current stream (value-dependent shapes, random ops, views). Correct, but it does not overlap
-  with the host.
+Every op call that runs a kernel on the device is counted under one mode
+(csrc/pipeline/op_policy.cpp says which, and why):
+
+- async: queued on the stream; the call returned at once.
+- sync:  queued, and the caller waited for it (its result decides a shape or a value the host
+  needs, e.g. nonzero); no host copy.
+- copy:  the CPU fallback: tensors copied to host memory and back. TORCH_NEURONX_FALLBACK=warn
+  (default, once per op) | error | silent.
+
+Transfers between host and device (`.cpu()`, `.item()`, `.to("neuron")`) are not ops; they are
+counted in bytes by `torch.neuron.transfer_stats()`.
 """
+from __future__ import annotations
+
 from . import _C
 
-
-def get_fallback_ops() -> dict:
-    """{op name: number of calls} of ops that fell back to the CPU since the last reset."""
-    return dict(_C._fallback_ops())
+_MODES = ("async", "sync", "copy")
 
 
-def get_generic_ops() -> dict:
-    """{op name: number of calls} of ops run by the generic in-place mechanism."""
-    return dict(_C._generic_ops())
+def op_counts(reasons: bool = False) -> dict:
+    """{op: {"async": n, "sync": n, "copy": n}} for every op called since the last reset.
+
+    With reasons=True, ops with sync or copy calls also get "reasons": {mode: {why: calls}}.
+    """
+    out = {name: dict(zip(_MODES, calls)) for name, calls in _C._op_counts().items()}
+    if reasons:
+        for name, modes in _C._op_reasons().items():
+            out.setdefault(name, dict.fromkeys(_MODES, 0))["reasons"] = {m: dict(r) for m, r in modes.items()}
+    return out
 
 
-def get_queued_ops() -> dict:
-    """{op name: number of calls} of ops queued through their meta and CPU kernels."""
-    return dict(_C._queued_ops())
-
-
-def reset_fallback_ops() -> None:
-    """Clears all three counters."""
+def reset_op_counts() -> None:
+    """Sets every count to zero."""
     _C._reset_op_counts()
 
 
-def _force_fallback(ops) -> None:
-    """Testing aid: route these ops (e.g. "aten::erfinv") through the CPU fallback."""
-    _C._set_forced_fallback_ops(list(ops))
+def explain(op: str) -> str:
+    """How `op` ("aten::nonzero", or one overload: "aten::add.Tensor") runs on neuron, why, and
+    its calls so far."""
+    return _C._explain(op)
+
+
+def op_report() -> str:
+    """A table of the counted ops, with the reasons of their sync and copy calls."""
+    counts = op_counts(reasons=True)
+    total = {m: sum(c[m] for c in counts.values()) for m in _MODES}
+    lines = [f"{'op':<56}{'async':>9}{'sync':>7}{'copy':>7}"]
+    for name in sorted(counts, key=lambda n: (-counts[n]["sync"] - counts[n]["copy"], -counts[n]["async"], n)):
+        c = counts[name]
+        lines.append(f"{name:<56}{c['async']:>9}{c['sync']:>7}{c['copy']:>7}")
+        for mode, whys in c.get("reasons", {}).items():
+            for why, n in whys.items():
+                lines.append(f"    {n} {mode}: {why}")
+    lines.append(f"{'total':<56}{total['async']:>9}{total['sync']:>7}{total['copy']:>7}")
+    return "\n".join(lines)
+
+
+# ---- deprecated names, kept for one release (0.1.x); use op_counts() / reset_op_counts() ------
+
+
+def _mode_counts(mode: str) -> dict:
+    return {name: c[mode] for name, c in op_counts().items() if c[mode]}
+
+
+def get_fallback_ops() -> dict:
+    """Deprecated: {op: calls} of copy (CPU fallback) calls; op_counts()[op]["copy"]."""
+    return _mode_counts("copy")
+
+
+def get_generic_ops() -> dict:
+    """Deprecated: {op: calls} of sync calls; op_counts()[op]["sync"]."""
+    return _mode_counts("sync")
+
+
+def get_queued_ops() -> dict:
+    """Deprecated: {op: calls} of async calls; op_counts()[op]["async"]."""
+    return _mode_counts("async")
+
+
+def reset_fallback_ops() -> None:
+    """Deprecated: reset_op_counts()."""
+    reset_op_counts()

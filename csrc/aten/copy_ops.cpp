@@ -8,12 +8,38 @@
 
 #include "core/allocator.h"
 #include "core/storage.h"
+#include "exec/executor.h"
+#include "exec/tensor_desc.h"
+#include "pipeline/op_record.h"
 
 namespace torch_neuronx {
 namespace {
 
-bool same_layout(const at::Tensor& a, const at::Tensor& b) {
+const bool described = (typed_op("aten::copy_", "a transfer: a copy task on the stream (a memcpy when both layouts "
+                                  "are contiguous and alike); from or to pageable host memory the caller waits for it. "
+                                  "Counted in bytes by torch.neuron.transfer_stats(), not as an op"),
+                         true);
+
+bool memcpy_able(const at::Tensor& a, const at::Tensor& b) {
   return a.dtype() == b.dtype() && a.sizes() == b.sizes() && a.is_contiguous() && b.is_contiguous();
+}
+
+// What a copy task holds of a host tensor: a view of it (the caller keeps the memory alive until
+// the task has run: it waits, or the memory is pinned).
+struct HostOrDevice {
+  TensorDesc desc;
+  at::Tensor host;
+  at::Tensor view() const { return host.defined() ? host : desc.view(); }
+};
+
+HostOrDevice hold(const at::Tensor& t) {
+  HostOrDevice h;
+  if (is_neuron(t)) {
+    h.desc = TensorDesc::of(t);
+  } else {
+    h.host = cpu_view(t);
+  }
+  return h;
 }
 
 // A memcpy when the layouts agree, else ATen's CPU copy (dtype conversion, strides, broadcasting)
@@ -24,10 +50,10 @@ void queue_copy(const at::Tensor& dst, const at::Tensor& src, c10::DeviceIndex d
               "neuron: copy_ from a tensor without memory (a zero tensor); materialize it first");
   auto& q = current_queue(device);
   checked([&] {
-    if (same_layout(dst, src)) {
+    if (memcpy_able(dst, src)) {
       runtime().copy_async(q, dst.data_ptr(), src.const_data_ptr(), dst.nbytes(), direction);
     } else {
-      q.submit("aten::copy_", [d = cpu_view(dst), s = cpu_view(src)]() mutable { d.copy_(s); });
+      q.submit("aten::copy_", [d = hold(dst), s = hold(src)] { d.view().copy_(s.view()); });
     }
     if (wait) q.synchronize();
   });
@@ -37,6 +63,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   TORCH_CHECK(self.defined() && src.defined(), "neuron: copy_ of an undefined tensor");
   if (self.is_same(src) || self.numel() == 0) return self;
   at::assert_no_internal_overlap(self);
+  if (is_neuron(self) && is_neuron(src)) at::assert_no_partial_overlap(self, src);
   using RT = neuronrt::Runtime;
   if (is_neuron(self) && is_neuron(src)) {
     if (src.device().index() != self.device().index()) {

@@ -32,6 +32,7 @@
 #include <ATen/ops/tril_meta.h>
 #include <ATen/ops/triu_cpu_dispatch.h>
 #include <ATen/ops/triu_meta.h>
+#include <ATen/core/Reduction.h>
 #include <torch/library.h>
 
 #include "aten/structured_macros.h"
@@ -64,8 +65,16 @@ NX_FO(nll_loss_backward, "nll_loss_backward", "nll_loss_backward.grad_input", st
       (const Tensor& grad_output, const Tensor& self, const Tensor& target, const std::optional<Tensor>& weight,
        int64_t reduction, int64_t ignore_index, const Tensor& total_weight),
       (grad_output, self, target, weight, reduction, ignore_index, total_weight))
-NX_FO(mse_loss, "mse_loss", "mse_loss.out", structured_mse_loss, mse_loss_out,
-      (const Tensor& self, const Tensor& target, int64_t reduction), (self, target, reduction))
+// The CPU's reducing mse_loss out= kernel uses its 0-dim output as scratch of the input's size.
+void mse_loss_kernel(Tensor& out, const Tensor& self, const Tensor& target, int64_t reduction) {
+  if (reduction == at::Reduction::None) {
+    at::cpu::mse_loss_out(out, self, target, reduction);
+  } else {
+    out.copy_(at::cpu::mse_loss(self, target, reduction));
+  }
+}
+NX_FO_K(mse_loss, "mse_loss", "mse_loss.out", structured_mse_loss, mse_loss_kernel,
+        (const Tensor& self, const Tensor& target, int64_t reduction), (self, target, reduction))
 NX_FO(gather, "gather", "gather.out", structured_gather, gather_out,
       (const Tensor& self, int64_t dim, const Tensor& index, bool sparse_grad), (self, dim, index, sparse_grad))
 NX_FIO(scatter_src, "scatter.src", "scatter_.src", "scatter.src_out", structured_scatter_src, scatter_out,
@@ -87,23 +96,31 @@ NX_FIO(tril, "tril", "tril_", "tril.out", structured_tril, tril_out, (, int64_t 
 NX_FIO(triu, "triu", "triu_", "triu.out", structured_triu, triu_out, (, int64_t diagonal), (, diagonal))
 
 // fill_/zero_ back torch.zeros/ones/full and optimizer state initialisation.
-Tensor& fill_scalar(Tensor& self, const Scalar& value) {
+OpRecord& fill_scalar_rec = typed_op("aten::fill_.Scalar", "a fill task on the stream");
+OpRecord& fill_tensor_rec = typed_op("aten::fill_.Tensor", "a fill task on the stream");
+OpRecord& zero_rec = typed_op("aten::zero_", "a fill task on the stream");
+
+Tensor& fill_with(OpRecord& rec, Tensor& self, const Scalar& value) {
+  rec.count(Mode::kAsync);
   if (self.numel() == 0) return self;
-  launch(self.device().index(), "aten::fill_.Scalar", [d = TensorDesc::of(self), value] { d.view().fill_(value); });
+  launch(self.device().index(), rec.name.c_str(), [d = TensorDesc::of(self), value] { d.view().fill_(value); });
   return self;
 }
+
+Tensor& fill_scalar(Tensor& self, const Scalar& value) { return fill_with(fill_scalar_rec, self, value); }
 
 Tensor& fill_tensor(Tensor& self, const Tensor& value) {
   TORCH_CHECK(value.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ", value.dim(),
               " dimensions.");
-  if (value.device().type() != kNeuron) return fill_scalar(self, value.item());
+  if (value.device().type() != kNeuron) return fill_with(fill_tensor_rec, self, value.item());
   check_devices("aten::fill_.Tensor", {&self, &value});
-  launch(self.device().index(), "aten::fill_.Tensor",
+  fill_tensor_rec.count(Mode::kAsync);
+  launch(self.device().index(), fill_tensor_rec.name.c_str(),
          [d = TensorDesc::of(self), s = TensorDesc::of(value)] { d.view().fill_(s.view()); });
   return self;
 }
 
-Tensor& zero_(Tensor& self) { return fill_scalar(self, 0); }
+Tensor& zero_(Tensor& self) { return fill_with(zero_rec, self, 0); }
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 // Dropout draws its mask from the neuron generator (the CPU kernel would use the CPU's global
-// generator, breaking torch.neuron.manual_seed reproducibility). Other random ops reach the
-// generic path, which hands the CPU kernel a generator derived from the neuron one.
+// generator, breaking torch.neuron.manual_seed reproducibility): it is composed of bernoulli_ and
+// multiplications, each async. Other random ops take the boxed pipeline, which gives the CPU
+// kernel a generator derived from the neuron one.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/bernoulli.h>
 #include <ATen/ops/clone.h>
@@ -11,6 +12,7 @@
 #include <torch/library.h>
 
 #include "core/device.h"
+#include "pipeline/op_record.h"
 
 namespace torch_neuronx {
 namespace {
@@ -29,6 +31,10 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
   auto out = at::mul(input, mask).mul_(1.0 / (1.0 - p));
   return {out, mask};
 }
+
+const bool described = (typed_op("aten::native_dropout", "composed of bernoulli_ (drawing from the neuron "
+                                  "generator) and multiplications, each async"),
+                         true);
 
 }  // namespace
 

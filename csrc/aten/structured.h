@@ -1,7 +1,8 @@
-// Asynchronous neuron kernels for PyTorch's structured ops. The op's own meta function runs on
-// the host (shape, dtype and device checks raise at the call, as on CUDA) and allocates the
-// device output; the CPU kernel then runs as a task on the stream, over CPU views of device
-// memory. One helper per variant: functional, in-place, out=.
+// Typed neuron kernels for PyTorch's structured ops: the fast path of the op pipeline (see
+// csrc/pipeline/op_policy.cpp). The op's own meta function runs on the host (shape, dtype and
+// device checks raise at the call, as on CUDA) and allocates the device output; the CPU kernel then
+// runs as a task on the stream, over CPU views of device memory. One helper per variant:
+// functional, in-place, out=. Each call is counted on the op's record.
 #pragma once
 
 #include <ATen/TensorIterator.h>
@@ -16,6 +17,10 @@
 #include <vector>
 
 #include "core/storage.h"
+#include "exec/device_check.h"
+#include "exec/executor.h"
+#include "exec/tensor_desc.h"
+#include "pipeline/op_record.h"
 
 namespace torch_neuronx {
 
@@ -91,10 +96,8 @@ template <class... Args>
 c10::DeviceIndex check_args(const char* op, const Args&... args) {
   c10::SmallVector<const at::TensorBase*, 8> ts;
   (collect_tensors(ts, args), ...);
-  check_devices(op, ts);
-  for (auto* t : ts)
-    if (t->defined() && t->device().type() == kNeuron) return t->device().index();
-  return current_device();
+  const auto device = check_devices(op, ts);
+  return device >= 0 ? device : current_device();
 }
 
 // ---- meta classes with neuron outputs ---------------------------------------------------------
@@ -147,11 +150,12 @@ struct OutOp final : Meta {
 
 // Queues `kernel(cpu_outputs..., captured_args...)`.
 template <size_t N, class Kernel, class... Args>
-void queue_kernel(c10::DeviceIndex device, const char* name, Kernel kernel,
+void queue_kernel(c10::DeviceIndex device, OpRecord& rec, Kernel kernel,
                   const std::array<at::Tensor, N>& outs, const Args&... args) {
   std::array<TensorDesc, N> out_descs;
   for (size_t i = 0; i < N; ++i) out_descs[i] = TensorDesc::of(outs[i]);
-  launch(device, name, [kernel, out_descs = std::move(out_descs), captured = std::make_tuple(capture(args)...)] {
+  rec.count(Mode::kAsync);
+  launch(device, rec.name.c_str(), [kernel, out_descs = std::move(out_descs), captured = std::make_tuple(capture(args)...)] {
     std::array<at::Tensor, N> o;
     for (size_t i = 0; i < N; ++i) o[i] = out_descs[i].view();
     std::apply([&](auto&... out) {
@@ -189,28 +193,29 @@ const at::Tensor* same_shape_call(const Args&... args) {
 }
 
 template <class Meta, size_t N = 1, class Kernel, class... Args>
-std::array<at::Tensor, N> structured_functional(const char* name, Kernel kernel, const Args&... args) {
+std::array<at::Tensor, N> structured_functional(OpRecord& rec, Kernel kernel, const Args&... args) {
   if constexpr (N == 1 && SameShapeElementwise<Meta>::value) {
     if (const at::Tensor* like = same_shape_call(args...)) {
       std::array<at::Tensor, 1> out{empty_neuron(like->sizes(), like->scalar_type(), like->device().index())};
-      queue_kernel<1>(like->device().index(), name, kernel, out, args...);
+      queue_kernel<1>(like->device().index(), rec, kernel, out, args...);
       return out;
     }
   }
   FunctionalOp<Meta, N> op;
-  op.device = check_args(name, args...);
+  op.device = check_args(rec.name.c_str(), args...);
   op.meta(meta_arg(args)...);
-  queue_kernel<N>(op.device, name, kernel, op.outputs_, args...);
+  queue_kernel<N>(op.device, rec, kernel, op.outputs_, args...);
   return op.outputs_;
 }
 
 template <class Meta, class Kernel, class... Args>
-at::Tensor& structured_inplace(const char* name, Kernel kernel, at::Tensor& self, const Args&... args) {
+at::Tensor& structured_inplace(OpRecord& rec, Kernel kernel, at::Tensor& self, const Args&... args) {
   OutOp<Meta, 1> op(self);
-  const auto device = check_args(name, self, args...);
+  const auto device = check_args(rec.name.c_str(), self, args...);
   op.meta(self, meta_arg(args)...);
+  rec.count(Mode::kAsync);
   // One CPU view serves as both output and input, so the kernel sees a true in-place call.
-  launch(device, name, [kernel, d = TensorDesc::of(self), captured = std::make_tuple(capture(args)...)] {
+  launch(device, rec.name.c_str(), [kernel, d = TensorDesc::of(self), captured = std::make_tuple(capture(args)...)] {
     at::Tensor v = d.view();
     std::apply([&](const auto&... a) { kernel(v, v, pass(a)...); }, captured);
   });
@@ -218,12 +223,12 @@ at::Tensor& structured_inplace(const char* name, Kernel kernel, at::Tensor& self
 }
 
 template <class Meta, size_t N = 1, class Kernel, class Outs, class... Args>
-void structured_out(const char* name, Kernel kernel, const Outs& outs, const Args&... args) {
+void structured_out(OpRecord& rec, Kernel kernel, const Outs& outs, const Args&... args) {
   auto op = std::apply([](const auto&... o) { return OutOp<Meta, N>(o...); }, outs);
-  const auto device = std::apply([&](const auto&... o) { return check_args(name, o..., args...); }, outs);
+  const auto device = std::apply([&](const auto&... o) { return check_args(rec.name.c_str(), o..., args...); }, outs);
   op.meta(meta_arg(args)...);
   std::array<at::Tensor, N> arr = std::apply([](const auto&... o) { return std::array<at::Tensor, N>{o...}; }, outs);
-  queue_kernel<N>(device, name, kernel, arr, args...);
+  queue_kernel<N>(device, rec, kernel, arr, args...);
 }
 
 }  // namespace torch_neuronx

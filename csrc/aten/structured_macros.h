@@ -9,16 +9,20 @@
 #include "aten/structured.h"
 
 #define NX_EXPAND(...) __VA_ARGS__
+#define NX_KERNEL "structured meta on the host, the CPU kernel as a task on the stream"
 
 #define NX_FIO(ID, SF, SI, SO, META, CPUFN, PARAMS, ARGS)                                                 \
+  OpRecord& ID##_rec_f = typed_op("aten::" SF, NX_KERNEL);                                                 \
+  OpRecord& ID##_rec_i = typed_op("aten::" SI, NX_KERNEL);                                                 \
+  OpRecord& ID##_rec_o = typed_op("aten::" SO, NX_KERNEL);                                                 \
   at::Tensor ID##_functional(const at::Tensor& self NX_EXPAND PARAMS) {                                   \
-    return structured_functional<at::meta::META>("aten::" SF, NX_CPU_OUT(CPUFN), self NX_EXPAND ARGS)[0]; \
+    return structured_functional<at::meta::META>(ID##_rec_f, NX_CPU_OUT(CPUFN), self NX_EXPAND ARGS)[0];  \
   }                                                                                                        \
   at::Tensor& ID##_inplace(at::Tensor& self NX_EXPAND PARAMS) {                                           \
-    return structured_inplace<at::meta::META>("aten::" SI, NX_CPU_OUT(CPUFN), self NX_EXPAND ARGS);       \
+    return structured_inplace<at::meta::META>(ID##_rec_i, NX_CPU_OUT(CPUFN), self NX_EXPAND ARGS);        \
   }                                                                                                        \
   at::Tensor& ID##_out(const at::Tensor& self NX_EXPAND PARAMS, at::Tensor& out) {                        \
-    structured_out<at::meta::META>("aten::" SO, NX_CPU_OUT(CPUFN), std::forward_as_tuple(out),            \
+    structured_out<at::meta::META>(ID##_rec_o, NX_CPU_OUT(CPUFN), std::forward_as_tuple(out),             \
                                    self NX_EXPAND ARGS);                                                   \
     return out;                                                                                            \
   }                                                                                                        \
@@ -28,13 +32,17 @@
     m.impl(SO, TORCH_FN(ID##_out));                                                                        \
   }
 
-#define NX_FO(ID, SF, SO, META, CPUFN, PARAMS, ARGS)                                                  \
+#define NX_FO(ID, SF, SO, META, CPUFN, PARAMS, ARGS) NX_FO_K(ID, SF, SO, META, NX_CPU_OUT(CPUFN), PARAMS, ARGS)
+
+// NX_FO with the kernel given as a callable (outputs first, then the op's arguments).
+#define NX_FO_K(ID, SF, SO, META, KERNEL, PARAMS, ARGS)                                                \
+  OpRecord& ID##_rec_f = typed_op("aten::" SF, NX_KERNEL);                                             \
+  OpRecord& ID##_rec_o = typed_op("aten::" SO, NX_KERNEL);                                             \
   at::Tensor ID##_functional(NX_EXPAND PARAMS) {                                                      \
-    return structured_functional<at::meta::META>("aten::" SF, NX_CPU_OUT(CPUFN), NX_EXPAND ARGS)[0]; \
+    return structured_functional<at::meta::META>(ID##_rec_f, KERNEL, NX_EXPAND ARGS)[0];             \
   }                                                                                                    \
   at::Tensor& ID##_out(NX_EXPAND PARAMS, at::Tensor& out) {                                           \
-    structured_out<at::meta::META>("aten::" SO, NX_CPU_OUT(CPUFN), std::forward_as_tuple(out),        \
-                                   NX_EXPAND ARGS);                                                    \
+    structured_out<at::meta::META>(ID##_rec_o, KERNEL, std::forward_as_tuple(out), NX_EXPAND ARGS);    \
     return out;                                                                                        \
   }                                                                                                    \
   TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {                                                           \
@@ -44,12 +52,14 @@
 
 // Two outputs (values and indices, output and total_weight...).
 #define NX_FO2(ID, SF, SO, META, CPUFN, PARAMS, ARGS)                                                 \
+  OpRecord& ID##_rec_f = typed_op("aten::" SF, NX_KERNEL);                                             \
+  OpRecord& ID##_rec_o = typed_op("aten::" SO, NX_KERNEL);                                             \
   std::tuple<at::Tensor, at::Tensor> ID##_functional(NX_EXPAND PARAMS) {                              \
-    auto o = structured_functional<at::meta::META, 2>("aten::" SF, NX_CPU_OUT(CPUFN), NX_EXPAND ARGS); \
+    auto o = structured_functional<at::meta::META, 2>(ID##_rec_f, NX_CPU_OUT(CPUFN), NX_EXPAND ARGS);  \
     return {o[0], o[1]};                                                                               \
   }                                                                                                    \
   std::tuple<at::Tensor&, at::Tensor&> ID##_out(NX_EXPAND PARAMS, at::Tensor& a, at::Tensor& b) {     \
-    structured_out<at::meta::META, 2>("aten::" SO, NX_CPU_OUT(CPUFN), std::forward_as_tuple(a, b),    \
+    structured_out<at::meta::META, 2>(ID##_rec_o, NX_CPU_OUT(CPUFN), std::forward_as_tuple(a, b),     \
                                       NX_EXPAND ARGS);                                                 \
     return {a, b};                                                                                     \
   }                                                                                                    \

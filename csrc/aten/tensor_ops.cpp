@@ -17,6 +17,8 @@
 
 #include "core/allocator.h"
 #include "core/storage.h"
+#include "exec/executor.h"
+#include "pipeline/op_record.h"
 
 namespace torch_neuronx {
 namespace {
@@ -133,14 +135,44 @@ at::Tensor efficient_zero_tensor(c10::IntArrayRef size, std::optional<c10::Scala
                                    std::nullopt);
 }
 
+// .item(): a read of device memory, so a copy task the host waits for (counted as a transfer,
+// not as an op: every device reads results back this way).
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
   auto host = at::empty({}, self.options().device(c10::kCPU));
-  auto src = cpu_view(self);
-  run_now(self.device().index(), [&] {
-    std::memcpy(host.mutable_data_ptr(), src.const_data_ptr(), self.dtype().itemsize());
-  });
+  void* dst = host.mutable_data_ptr();
+  const void* src = self.const_data_ptr();
+  const size_t n = self.dtype().itemsize();
+  run_sync(self.device().index(), "aten::_local_scalar_dense", [&] { std::memcpy(dst, src, n); });
+  runtime().counters().d2h_bytes.fetch_add(n, std::memory_order_relaxed);
   return at::native::_local_scalar_dense_cpu(host);
 }
+
+// module.to("neuron") swaps a parameter's data in place (keeping the Parameter object, so an
+// optimizer made before the move still holds it) only when this says the two tensors' types are
+// compatible, which c10 says for dense tensors of CPU, CUDA and a few others, but not PrivateUse1.
+// Dense strided CPU and neuron tensors are as compatible as CPU and CUDA ones.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  const auto dense = [](const at::Tensor& t) {
+    return t.layout() == c10::kStrided && !t.is_quantized() && (t.device().is_cpu() || t.device().type() == kNeuron);
+  };
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set()) || (dense(self) && dense(from));
+}
+
+// For explain(): these run no kernel, so they are never counted.
+const bool described = [] {
+  for (const char* op : {"aten::empty.memory_format", "aten::empty_strided", "aten::resize_", "aten::set_.source_Storage",
+                         "aten::set_.source_Storage_storage_offset", "aten::set_.source_Tensor", "aten::set_",
+                         "aten::_efficientzerotensor"}) {
+    typed_op(op, "allocation or metadata on the host; no kernel runs");
+  }
+  for (const char* op : {"aten::as_strided", "aten::view", "aten::_reshape_alias", "aten::unfold"}) {
+    typed_op(op, "a view: new metadata over the same device memory; no kernel runs");
+  }
+  typed_op("aten::_has_compatible_shallow_copy_type", "metadata: dense CPU and neuron tensors can swap data in place");
+  typed_op("aten::_local_scalar_dense", "a transfer: a copy task to host memory that the caller waits for "
+           "(counted in bytes by torch.neuron.transfer_stats(), not as an op)");
+  return true;
+}();
 
 }  // namespace
 
@@ -158,6 +190,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_", TORCH_FN(set_empty));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
   m.impl("_efficientzerotensor", TORCH_FN(efficient_zero_tensor));
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
 }
 
 }  // namespace torch_neuronx

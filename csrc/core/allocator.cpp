@@ -1,6 +1,18 @@
-// Blocks are cached per (device, stream): a block freed on a stream is reused by later work on
-// that stream without waiting, because the stream's queue runs in order. A block used on other
-// streams (record_stream) waits for events on those streams before it is reused.
+// The neuron caching allocator. Its policy:
+// - Device memory comes from the runtime (one range per logical core, capacity enforced) in
+//   blocks rounded to 512 bytes (up to 1 MiB: the small pool) or 128 KiB (the large pool).
+// - A freed block is cached, tied to the stream it was allocated for. Later allocations for that
+//   stream reuse it without waiting: the stream's queue runs in order, so work queued before the
+//   free has finished reading it before work queued after the reuse starts.
+// - Best fit among the stream's cached blocks, within a waste limit (2x for small blocks, 25% +
+//   128 KiB for large ones): blocks are not split.
+// - A block used on other streams (record_stream) is not cached until events recorded on those
+//   streams at free time have completed.
+// - When the device is full: wait for the device, give every cached block back, retry once;
+//   then raise torch.OutOfMemoryError naming the sizes. The allocator stays usable.
+// - Allocations made while a task runs (a kernel's own outputs) take fresh memory only, since
+//   cached blocks may still be used by work queued after that task; they never wait.
+// - The host never touches a block's contents: copies and fills are tasks on the stream.
 #include "core/allocator.h"
 
 #include <c10/core/Allocator.h>
@@ -71,18 +83,15 @@ void free_block(void* ctx);
 
 class Allocator final : public CachingAllocator {
  public:
-  Allocator() : states_(64) {
-    for (auto& s : states_) s = std::make_unique<DeviceState>();
-  }
-
   c10::DataPtr allocate(size_t n) override { return allocate_on(current_device(), n); }
 
   c10::DataPtr allocate_on(c10::DeviceIndex device, size_t n) override {
+    if (const auto* q = neuronrt::Queue::current()) return allocate_fresh(device, q->tag(), n);
     const c10::Device dev(kNeuron, device);
     if (n == 0) return c10::DataPtr(nullptr, nullptr, &free_block, dev);
     const c10::StreamId stream = current_stream(device).id();
     const size_t size = round_size(n);
-    auto& st = *states_.at(device);
+    auto& st = state(device);
     std::unique_lock<std::mutex> lock(st.mu);
     collect_pending_locked(st);
     Block* b = take_cached_locked(st, stream, size);
@@ -116,26 +125,35 @@ class Allocator final : public CachingAllocator {
                          format_bytes(capacity - used), " is free. Free tensors or call ",
                          "torch.neuron.empty_cache(); the allocator is still usable.");
       }
-      b = new Block{device, stream, size, n, p, {}, {}};
-      st.stats.num_device_alloc++;
-      for_pools(size, [&](size_t i) {
-        st.stats.segment[i].increase(1);
-        st.stats.reserved_bytes[i].increase(size);
-      });
+      b = new_block_locked(st, device, stream, size, p);
     }
-    b->requested = n;
-    for_pools(b->size, [&](size_t i) {
-      st.stats.allocation[i].increase(1);
-      st.stats.active[i].increase(1);
-      st.stats.allocated_bytes[i].increase(b->size);
-      st.stats.active_bytes[i].increase(b->size);
-      st.stats.requested_bytes[i].increase(n);
-    });
-    return c10::DataPtr(b->ptr, b, &free_block, dev);
+    return hand_out_locked(st, b, n);
+  }
+
+  c10::DataPtr allocate_fresh(c10::DeviceIndex device, c10::StreamId stream, size_t n) override {
+    const c10::Device dev(kNeuron, device);
+    if (n == 0) return c10::DataPtr(nullptr, nullptr, &free_block, dev);
+    const size_t size = round_size(n);
+    auto& st = state(device);
+    std::unique_lock<std::mutex> lock(st.mu);
+    void* p = runtime().memory(device).allocate(size);
+    if (!p) {
+      st.stats.num_ooms++;
+      lock.unlock();
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "neuron out of memory. A kernel tried to allocate ", format_bytes(n),
+                       " on neuron:", static_cast<int>(device), " while it ran; ", format_bytes(free_bytes(device)),
+                       " is free. Free tensors or call torch.neuron.empty_cache().");
+    }
+    return hand_out_locked(st, new_block_locked(st, device, stream, size, p), n);
+  }
+
+  c10::DataPtr adopt(void* context, c10::Device device) override {
+    auto* b = static_cast<Block*>(context);
+    return c10::DataPtr(b->ptr, b, &free_block, device);
   }
 
   void release(Block* b) {
-    auto& st = *states_.at(b->device);
+    auto& st = state(b->device);
     std::lock_guard<std::mutex> lock(st.mu);
     for_pools(b->size, [&](size_t i) {
       st.stats.allocation[i].decrease(1);
@@ -170,7 +188,7 @@ class Allocator final : public CachingAllocator {
   void emptyCache(c10::MempoolId_t) override {
     for (int d = 0; d < device_count(); ++d) {
       checked([&] { runtime().synchronize_device(d); });
-      auto& st = *states_[d];
+      auto& st = state(d);
       std::lock_guard<std::mutex> lock(st.mu);
       collect_pending_locked(st);
       release_cached_locked(st, d);
@@ -180,19 +198,19 @@ class Allocator final : public CachingAllocator {
   void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
     if (!ptr.get() || ptr.get_deleter() != &free_block) return;
     auto* b = static_cast<Block*>(ptr.get_context());
-    auto& st = *states_.at(b->device);
+    auto& st = state(b->device);
     std::lock_guard<std::mutex> lock(st.mu);
     if (stream.id() != b->stream) b->uses.insert(stream.id());
   }
 
   DeviceStats getDeviceStats(c10::DeviceIndex device) override {
-    auto& st = *states_.at(device);
+    auto& st = state(device);
     std::lock_guard<std::mutex> lock(st.mu);
     return st.stats;
   }
 
   void resetAccumulatedStats(c10::DeviceIndex device) override {
-    auto& st = *states_.at(device);
+    auto& st = state(device);
     std::lock_guard<std::mutex> lock(st.mu);
     auto reset = [](c10::CachingAllocator::StatArray& a) {
       for (auto& s : a) s.reset_accumulated();
@@ -211,7 +229,7 @@ class Allocator final : public CachingAllocator {
   }
 
   void resetPeakStats(c10::DeviceIndex device) override {
-    auto& st = *states_.at(device);
+    auto& st = state(device);
     std::lock_guard<std::mutex> lock(st.mu);
     auto reset = [](c10::CachingAllocator::StatArray& a) {
       for (auto& s : a) s.reset_peak();
@@ -235,6 +253,42 @@ class Allocator final : public CachingAllocator {
   }
 
  private:
+  // One state per visible device, made on first use; an index outside them is an error.
+  DeviceState& state(c10::DeviceIndex device) {
+    check_device_index(device);
+    std::call_once(states_once_, [this] {
+      states_.resize(device_count());
+      for (auto& s : states_) s = std::make_unique<DeviceState>();
+    });
+    return *states_[device];
+  }
+
+  uint64_t free_bytes(c10::DeviceIndex device) {
+    const auto& mem = runtime().memory(device);
+    return mem.capacity() - mem.used();
+  }
+
+  Block* new_block_locked(DeviceState& st, c10::DeviceIndex device, c10::StreamId stream, size_t size, void* p) {
+    st.stats.num_device_alloc++;
+    for_pools(size, [&](size_t i) {
+      st.stats.segment[i].increase(1);
+      st.stats.reserved_bytes[i].increase(size);
+    });
+    return new Block{device, stream, size, 0, p, {}, {}};
+  }
+
+  c10::DataPtr hand_out_locked(DeviceState& st, Block* b, size_t n) {
+    b->requested = n;
+    for_pools(b->size, [&](size_t i) {
+      st.stats.allocation[i].increase(1);
+      st.stats.active[i].increase(1);
+      st.stats.allocated_bytes[i].increase(b->size);
+      st.stats.active_bytes[i].increase(b->size);
+      st.stats.requested_bytes[i].increase(n);
+    });
+    return c10::DataPtr(b->ptr, b, &free_block, c10::Device(kNeuron, static_cast<c10::DeviceIndex>(b->device)));
+  }
+
   Block* take_cached_locked(DeviceState& st, c10::StreamId stream, size_t size) {
     Block key{0, stream, size, 0, nullptr, {}, {}};
     auto it = st.free_blocks.lower_bound(&key);
@@ -285,6 +339,7 @@ class Allocator final : public CachingAllocator {
     st.free_blocks.clear();
   }
 
+  std::once_flag states_once_;
   std::vector<std::unique_ptr<DeviceState>> states_;
 };
 

@@ -7,8 +7,14 @@ namespace torch_neuronx {
 
 class CachingAllocator : public c10::DeviceAllocator {
  public:
-  // Allocates on the current device for the current stream of that device.
+  // Allocates on `device` for its current stream (on a queue worker: for that queue's stream,
+  // from fresh memory, as allocate_fresh).
   virtual c10::DataPtr allocate_on(c10::DeviceIndex device, size_t bytes) = 0;
+  // Fresh device memory for `stream`, never a cached block: for allocations made while a task
+  // runs, when queued work may still use cached blocks. Never waits for the device.
+  virtual c10::DataPtr allocate_fresh(c10::DeviceIndex device, c10::StreamId stream, size_t bytes) = 0;
+  // A DataPtr for a block that allocate_fresh returned and whose DataPtr released its context.
+  virtual c10::DataPtr adopt(void* context, c10::Device device) = 0;
   // True when `data_ptr` came from this allocator (a neuron block).
   virtual bool owns(const c10::DataPtr& data_ptr) const = 0;
 };

@@ -5,8 +5,7 @@
 #include <c10/core/Stream.h>
 #include <c10/util/Exception.h>
 
-#include <string>
-
+#include "core/errors.h"
 #include "neuronrt/runtime.h"
 
 namespace torch_neuronx {
@@ -31,23 +30,6 @@ int stream_priority(const c10::Stream& stream);
 neuronrt::Queue& queue_of(const c10::Stream& stream);
 inline neuronrt::Queue& current_queue(c10::DeviceIndex index = -1) {
   return queue_of(current_stream(index));
-}
-
-// Runs a runtime call and turns its failures (task errors, bad indices) into c10::Error.
-template <class F>
-auto checked(F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const c10::Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    // A kernel's error reaches the host at the next synchronizing call; it carries the message,
-    // not the C++ backtrace of the worker thread that c10 errors append.
-    std::string msg = e.what();
-    const auto bt = msg.find("\nException raised from ");
-    if (bt != std::string::npos) msg.resize(bt);
-    TORCH_CHECK(false, msg);
-  }
 }
 
 }  // namespace torch_neuronx

@@ -1,12 +1,10 @@
 // PrivateUse1 hooks: availability, devices, generators, pinned memory and storage resizing.
-#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/generator.h"
 #include "core/storage.h"
-#include "aten/generic_ops.h"
 
 namespace torch_neuronx {
 namespace {
@@ -46,9 +44,6 @@ struct Registerer {
   Registerer() {
     static NeuronHooks hooks;
     at::RegisterPrivateUse1HooksInterface(&hooks);
-    // Kernels in queue workers call ATen on CPU views below autograd, like the op that queued them.
-    neuronrt::Queue::set_thread_init_hook([] { static thread_local at::AutoDispatchBelowADInplaceOrView below; });
-    install_cpu_allocator_redirect();
   }
 } registerer;
 

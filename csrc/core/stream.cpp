@@ -3,6 +3,10 @@
 //   1 .. kPool             pool of priority 0 streams, handed out round robin
 //   kPool+1 .. 2*kPool     pool of high priority (-1) streams
 //   2*kPool+1 ..           streams created with getNewStream, until the runtime's limit
+//
+// Priority is recorded and reported (Stream.priority) but the software NeuronCore does not act
+// on it: every queue has its own worker, so ready tasks of all streams run side by side rather
+// than one stream's first. It stays a scheduling hint for a hardware runtime.
 #include <array>
 #include <atomic>
 
@@ -13,7 +17,8 @@ namespace {
 
 constexpr int kPool = 8;
 constexpr int kFirstNew = 2 * kPool + 1;
-constexpr int kMaxDevices = 64;
+// Per-device tables cover every index a PyTorch device can have.
+constexpr int kMaxDevices = neuronrt::kMaxDevices;
 
 thread_local c10::DeviceIndex tls_device = 0;
 thread_local std::array<c10::StreamId, kMaxDevices> tls_stream{};  // zero: default stream

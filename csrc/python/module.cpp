@@ -2,12 +2,14 @@
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
 
-#include "aten/generic_ops.h"
-#include "aten/op_stats.h"
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/generator.h"
 #include "core/storage.h"
+#include "exec/executor.h"
+#include "neuronrt/config.h"
+#include "pipeline/op_policy.h"
+#include "pipeline/op_record.h"
 
 #include <chrono>
 #include <thread>
@@ -61,9 +63,14 @@ PYBIND11_MODULE(_C, m) {
     out["sanitize"] = rt.sanitize();
     out["chips"] = rt.topology().chips;
     out["profile"] = rt.topology().profile->name;
-    out["h2d_bytes"] = rt.counters().h2d_bytes.load();
-    out["d2h_bytes"] = rt.counters().d2h_bytes.load();
-    out["d2d_bytes"] = rt.counters().d2d_bytes.load();
+    return out;
+  });
+  m.def("_transfer_stats", [] {
+    py::dict out;
+    auto& c = runtime().counters();
+    out["host_to_device_bytes"] = c.h2d_bytes.load();
+    out["device_to_host_bytes"] = c.d2h_bytes.load();
+    out["device_to_device_bytes"] = c.d2d_bytes.load();
     return out;
   });
   m.def("_stream_priority", [](int device, int64_t id) {
@@ -78,11 +85,40 @@ PYBIND11_MODULE(_C, m) {
     launch(current_device(), "neuron::sleep",
            [ms] { std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms)); });
   });
-  m.def("_generic_ops", [] { return generic_op_counts(); });
-  m.def("_queued_ops", [] { return queued_op_counts(); });
-  m.def("_fallback_ops", [] { return fallback_op_counts(); });
-  m.def("_reset_op_counts", [] { reset_op_counts(); });
-  m.def("_set_forced_fallback_ops", [](const std::vector<std::string>& ops) { set_forced_fallback_ops(ops); });
+  // {op: (async, sync, copy)} of ops with at least one call.
+  m.def("_op_counts", [] {
+    py::dict out;
+    for (OpRecord* r : all_records()) {
+      const int64_t a = r->calls[0].load(), s = r->calls[1].load(), c = r->calls[2].load();
+      if (a || s || c) out[py::str(r->name)] = py::make_tuple(a, s, c);
+    }
+    return out;
+  });
+  // {op: {mode: {reason: calls}}} for the sync and copy calls.
+  m.def("_op_reasons", [] {
+    py::dict out;
+    for (OpRecord* r : all_records()) {
+      py::dict modes;
+      for (Mode mode : {Mode::kSync, Mode::kCopy}) {
+        const int64_t n = r->calls[static_cast<int>(mode)].load();
+        if (!n) continue;
+        auto reasons = r->call_reasons(mode);
+        int64_t explained = 0;
+        for (const auto& [why, k] : reasons) explained += k;
+        if (n > explained) reasons[r->reason] += n - explained;  // calls that followed the plan
+        modes[mode_name(mode)] = reasons;
+      }
+      if (!modes.empty()) out[py::str(r->name)] = modes;
+    }
+    return out;
+  });
+  m.def("_reset_op_counts", [] { reset_all_counts(); });
+  m.def("_explain", [](const std::string& name) { return explain(name); });
+  m.def("_settings", [] {
+    py::list out;
+    for (const auto& s : neuronrt::config::all()) out.append(py::make_tuple(s.name, s.default_value, s.meaning));
+    return out;
+  });
   m.def("_device_memory_used", [](int d) { return runtime().memory(d).used(); });
   m.def("_is_pinned", [](uintptr_t p) { return is_pinned_ptr(reinterpret_cast<void*>(p)); });
 }

@@ -1,7 +1,8 @@
 #include "neuronrt/profile.h"
 
+#include "neuronrt/config.h"
+
 #include <algorithm>
-#include <cstdlib>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -20,20 +21,8 @@ const std::vector<ChipProfile>& profiles() {
   return all;
 }
 
-std::string env_or(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return (v && *v) ? std::string(v) : fallback;
-}
-
-int parse_int(const std::string& text, const char* what) {
-  try {
-    size_t used = 0;
-    int v = std::stoi(text, &used);
-    if (used != text.size()) throw std::invalid_argument(text);
-    return v;
-  } catch (const std::exception&) {
-    throw std::invalid_argument(std::string(what) + ": expected an integer, got '" + text + "'");
-  }
+int parse_core(const std::string& text) {
+  return static_cast<int>(config::parse_integer(text, "NEURON_RT_VISIBLE_CORES", 0, 1 << 20));
 }
 
 }  // namespace
@@ -59,10 +48,10 @@ std::vector<int> parse_core_list(const std::string& spec, int limit) {
     auto dash = item.find('-');
     int lo, hi;
     if (dash == std::string::npos) {
-      lo = hi = parse_int(item, "NEURON_RT_VISIBLE_CORES");
+      lo = hi = parse_core(item);
     } else {
-      lo = parse_int(item.substr(0, dash), "NEURON_RT_VISIBLE_CORES");
-      hi = parse_int(item.substr(dash + 1), "NEURON_RT_VISIBLE_CORES");
+      lo = parse_core(item.substr(0, dash));
+      hi = parse_core(item.substr(dash + 1));
     }
     if (lo < 0 || hi < lo || hi >= limit) {
       throw std::invalid_argument("NEURON_RT_VISIBLE_CORES: range '" + item +
@@ -99,6 +88,11 @@ Topology Topology::make(const std::string& profile, int lnc, int chips,
   } else {
     visible = parse_core_list(visible_cores, total);
   }
+  if (visible.size() > static_cast<size_t>(kMaxDevices)) {
+    throw std::invalid_argument(std::to_string(visible.size()) + " logical cores are visible, more than the " +
+                                std::to_string(kMaxDevices) + " devices a process can address; narrow them with "
+                                "NEURON_RT_VISIBLE_CORES");
+  }
   const uint64_t hbm = hbm_override ? hbm_override : t.profile->hbm_bytes / per_chip;
   for (size_t i = 0; i < visible.size(); ++i) {
     t.cores.push_back({static_cast<int>(i), visible[i], visible[i] / per_chip, hbm});
@@ -107,19 +101,11 @@ Topology Topology::make(const std::string& profile, int lnc, int chips,
 }
 
 Topology Topology::from_env() {
-  const std::string profile = env_or("TORCH_NEURONX_PROFILE", "trn2");
-  const int lnc = parse_int(env_or("NEURON_LOGICAL_NC_CONFIG", "2"), "NEURON_LOGICAL_NC_CONFIG");
-  const int chips = parse_int(env_or("TORCH_NEURONX_CHIPS", "1"), "TORCH_NEURONX_CHIPS");
-  const std::string hbm = env_or("TORCH_NEURONX_HBM_BYTES", "");
-  uint64_t hbm_override = 0;
-  if (!hbm.empty()) {
-    try {
-      hbm_override = std::stoull(hbm);
-    } catch (const std::exception&) {
-      throw std::invalid_argument("TORCH_NEURONX_HBM_BYTES: expected a byte count, got '" + hbm + "'");
-    }
-  }
-  return make(profile, lnc, chips, env_or("NEURON_RT_VISIBLE_CORES", ""), hbm_override);
+  const std::string profile = config::text("TORCH_NEURONX_PROFILE", "trn2");
+  const int lnc = static_cast<int>(config::integer("NEURON_LOGICAL_NC_CONFIG", 2, 1, 2));
+  const int chips = static_cast<int>(config::integer("TORCH_NEURONX_CHIPS", 1, 1, 64));
+  const uint64_t hbm_override = config::bytes("TORCH_NEURONX_HBM_BYTES", 0);
+  return make(profile, lnc, chips, config::text("NEURON_RT_VISIBLE_CORES"), hbm_override);
 }
 
 }  // namespace neuronrt

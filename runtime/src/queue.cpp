@@ -18,6 +18,18 @@ std::function<void()>& thread_init_hook() {
   return hook;
 }
 
+thread_local Queue* tls_current = nullptr;
+
+std::string describe(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -33,6 +45,8 @@ constexpr auto kWaitSpin = std::chrono::microseconds(20);
 }  // namespace
 
 void Queue::set_thread_init_hook(std::function<void()> hook) { thread_init_hook() = std::move(hook); }
+
+Queue* Queue::current() { return tls_current; }
 
 Queue::Queue(QueueOptions options) : opts_(std::move(options)), slots_(kSlots) {
   worker_ = std::thread([this] { worker_loop(); });
@@ -75,16 +89,19 @@ uint64_t Queue::publish_locked(std::unique_lock<std::mutex>& lock) {
   return seq;
 }
 
-void Queue::run_inline(const Task& fn) {
-  synchronize();
-  try {
-    if (opts_.enter) opts_.enter();
-    fn();
-  } catch (...) {
-    if (opts_.leave) opts_.leave();
-    throw;
-  }
-  if (opts_.leave) opts_.leave();
+void Queue::run_sync(const char* name, const std::function<void()>& fn) {
+  std::exception_ptr own;
+  // The task runs while this frame waits for it, so it may hold references into the frame.
+  const uint64_t seq = submit(name, [&fn, &own] {
+    try {
+      fn();
+    } catch (...) {
+      own = std::current_exception();
+    }
+  });
+  wait_for(seq);
+  raise_error_through(seq);
+  if (own) std::rethrow_exception(own);
 }
 
 void Queue::finish_one(uint64_t seq) {
@@ -99,6 +116,7 @@ void Queue::finish_one(uint64_t seq) {
 }
 
 void Queue::worker_loop() {
+  tls_current = this;
   if (thread_init_hook()) thread_init_hook()();
   uint64_t next = 1;
   for (;;) {
@@ -116,43 +134,53 @@ void Queue::worker_loop() {
         if (submitted_.load(std::memory_order_acquire) < next) return;  // stopping, drained
       }
     }
-    run_task(slots_[(next - 1) % kSlots]);
+    run_task(slots_[(next - 1) % kSlots], next);
     finish_one(next);
     ++next;
   }
 }
 
-void Queue::run_task(Slot& slot) {
+void Queue::run_task(Slot& slot, uint64_t seq) {
   try {
     if (opts_.enter) opts_.enter();
     slot.call(slot.storage);
     if (opts_.leave) opts_.leave();
-  } catch (const std::exception& e) {
-    if (opts_.leave) opts_.leave();
-    record_error(slot.name, e.what());
   } catch (...) {
     if (opts_.leave) opts_.leave();
-    record_error(slot.name, "unknown exception");
+    record_error(seq, slot.name, std::current_exception());
   }
   // Captures are released before the task counts as done.
   slot.destroy(slot.storage);
 }
 
-void Queue::record_error(const char* name, const std::string& what) {
+void Queue::record_error(uint64_t seq, const char* name, std::exception_ptr error) {
+  std::string what = "neuron: task '" + std::string(name ? name : "?") + "' failed on " + opts_.name + ": " +
+                     describe(error);
   std::lock_guard<std::mutex> lock(mu_);
-  if (error_.empty()) {
-    error_ = "neuron: task '" + std::string(name ? name : "?") + "' failed on " + opts_.name +
-             ": " + what;
+  if (!error_) {
+    error_seq_ = seq;
+    error_what_ = std::move(what);
+    error_ = std::move(error);
   }
 }
 
+void Queue::raise_error_locked(std::unique_lock<std::mutex>& lock) {
+  std::exception_ptr cause = std::move(error_);
+  std::string what = std::move(error_what_);
+  error_ = nullptr;
+  error_what_.clear();
+  lock.unlock();
+  throw TaskError(what, cause);
+}
+
 void Queue::raise_pending_error() {
-  std::string err;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    err.swap(error_);
-  }
-  if (!err.empty()) throw TaskError(err);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (error_) raise_error_locked(lock);
+}
+
+void Queue::raise_error_through(uint64_t seq) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (error_ && error_seq_ <= seq) raise_error_locked(lock);
 }
 
 void Queue::wait_for(uint64_t seq) const {
@@ -168,6 +196,18 @@ void Queue::wait_for(uint64_t seq) const {
     done_cv_.wait(lock, [&] { return is_complete(seq); });
   }
   waiters_.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+bool Queue::wait_for(uint64_t seq, std::chrono::microseconds timeout) const {
+  if (is_complete(seq)) return true;
+  waiters_.fetch_add(1, std::memory_order_seq_cst);
+  bool done;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    done = done_cv_.wait_for(lock, timeout, [&] { return is_complete(seq); });
+  }
+  waiters_.fetch_sub(1, std::memory_order_seq_cst);
+  return done;
 }
 
 void Queue::synchronize() {
@@ -190,7 +230,9 @@ void Event::record(Queue& queue) {
 bool Event::query() const { return !queue_ || queue_->is_complete(seq_); }
 
 void Event::synchronize() const {
-  if (queue_) queue_->wait_for(seq_);
+  if (!queue_) return;
+  queue_->wait_for(seq_);
+  queue_->raise_error_through(seq_);
 }
 
 void Event::block(Queue& waiter) const {

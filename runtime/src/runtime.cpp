@@ -1,9 +1,10 @@
 #include "neuronrt/runtime.h"
 
+#include "neuronrt/config.h"
+
 #include <signal.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -31,18 +32,13 @@ void on_segv(int sig, siginfo_t* info, void* ctx) {
   (void)ctx;
 }
 
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v && std::strcmp(v, "0") != 0;
-}
-
 }  // namespace
 
 RuntimeOptions RuntimeOptions::from_env() {
   RuntimeOptions o;
   o.topology = Topology::from_env();
-  o.launch_blocking = env_flag("NEURON_LAUNCH_BLOCKING");
-  o.sanitize = env_flag("TORCH_NEURONX_SANITIZE");
+  o.launch_blocking = config::flag("NEURON_LAUNCH_BLOCKING");
+  o.sanitize = config::flag("TORCH_NEURONX_SANITIZE");
   return o;
 }
 
@@ -106,6 +102,7 @@ Queue* Runtime::make_queue(int device, int id) {
   if (!slot) {
     QueueOptions qo;
     qo.name = "neuron:" + std::to_string(device) + " stream " + std::to_string(id);
+    qo.tag = id;
     // The sanitizer keeps device memory closed whenever no task runs, so the host may only
     // run while tasks are not: every submit waits.
     qo.blocking = opts_.launch_blocking || opts_.sanitize;

@@ -109,6 +109,59 @@ TEST(Queue, TaskErrorSurfacesAtSynchronizeWithItsName) {
   EXPECT_EQ(x, 7);
 }
 
+TEST(Queue, TaskErrorKeepsItsCause) {
+  Queue q({"neuron:0 stream 0", false, nullptr, nullptr});
+  q.submit("aten::index", [] { throw std::out_of_range("index 9 is out of bounds"); });
+  try {
+    q.synchronize();
+    FAIL();
+  } catch (const TaskError& e) {
+    EXPECT_THROW(std::rethrow_exception(e.cause()), std::out_of_range);
+  }
+}
+
+TEST(Queue, RunSyncRunsInQueueOrderAndRethrows) {
+  Queue q({"sync", false, nullptr, nullptr});
+  std::atomic<int> first{0};
+  q.submit("slow", [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    first = 1;
+  });
+  int seen = -1;
+  Queue* on = nullptr;
+  q.run_sync("inline", [&] {
+    seen = first.load();
+    on = Queue::current();
+  });
+  EXPECT_EQ(seen, 1);  // ran after the queued task, on the worker
+  EXPECT_EQ(on, &q);
+  EXPECT_EQ(Queue::current(), nullptr);
+  EXPECT_THROW(q.run_sync("bad", [] { throw std::invalid_argument("bad"); }), std::invalid_argument);
+  // An earlier task's failure comes first.
+  q.submit("earlier", [] { throw std::runtime_error("earlier"); });
+  EXPECT_THROW(q.run_sync("ok", [] {}), TaskError);
+  q.synchronize();
+}
+
+TEST(Queue, WaitWithTimeout) {
+  Queue q({"timeout", false, nullptr, nullptr});
+  const uint64_t seq = q.submit("slow", [] { std::this_thread::sleep_for(std::chrono::milliseconds(50)); });
+  EXPECT_FALSE(q.wait_for(seq, std::chrono::microseconds(1000)));
+  EXPECT_TRUE(q.wait_for(seq, std::chrono::microseconds(5000000)));
+}
+
+TEST(Event, SynchronizeRaisesAnEarlierFailureOfItsQueue) {
+  Queue q({"events", false, nullptr, nullptr});
+  Event before;
+  before.record(q);
+  q.submit("aten::broken", [] { throw std::runtime_error("boom"); });
+  Event after;
+  after.record(q);
+  before.synchronize();  // the failure comes after it
+  EXPECT_THROW(after.synchronize(), TaskError);
+  q.synchronize();  // raised once
+}
+
 TEST(Queue, BlockingModeWaitsForEachTask) {
   Queue q({"blocking", true, nullptr, nullptr});
   int x = 0;

@@ -236,6 +236,12 @@ def _grads(op, sample, device):
     return [t.grad for t in ins]
 
 
+def _copied() -> bool:
+    import torch_neuronx
+
+    return any(c["copy"] for c in torch_neuronx.op_counts().values())
+
+
 def run_one(op, dtype_name: str, max_samples: int) -> dict:
     import torch
 
@@ -243,7 +249,7 @@ def run_one(op, dtype_name: str, max_samples: int) -> dict:
 
     dtype = getattr(torch, dtype_name)
     result = {"op": op_key(op), "dtype": dtype_name, "status": "pass", "fallback": False, "detail": ""}
-    torch_neuronx.reset_fallback_ops()
+    torch_neuronx.reset_op_counts()
     compared = 0
     try:
         # Made on neuron, as PyTorch's device-generic tests make them (tensors an op wants on the
@@ -262,18 +268,18 @@ def run_one(op, dtype_name: str, max_samples: int) -> dict:
             torch.neuron.synchronize()
         except Exception as e:  # noqa: BLE001
             return {**result, "status": "error", "detail": f"{type(e).__name__}: {e}"[:300],
-                    "fallback": bool(torch_neuronx.get_fallback_ops())}
+                    "fallback": _copied()}
         values = not (_value_free(op) or _random_sample(ns))
         device = "neuron" if _targets_neuron(ns) else "cpu"
         try:
             _compare(actual, expected, values=values, device=device)
         except Exception as e:  # noqa: BLE001
             return {**result, "status": "fail", "detail": f"{type(e).__name__}: {e}"[:300],
-                    "fallback": bool(torch_neuronx.get_fallback_ops())}
+                    "fallback": _copied()}
         problem = _compare_variants(op, ns, sample, expected, values, device)
         if problem is not None:
             return {**result, "status": problem[0], "detail": problem[1][:300],
-                    "fallback": bool(torch_neuronx.get_fallback_ops())}
+                    "fallback": _copied()}
         compared += 1
     if dtype_name == "float32" and op.supports_autograd and samples and not _value_free(op):
         try:
@@ -294,14 +300,15 @@ def run_one(op, dtype_name: str, max_samples: int) -> dict:
                             torch.testing.assert_close(a.cpu(), e, equal_nan=True)
         except Exception as e:  # noqa: BLE001
             return {**result, "status": "fail", "detail": f"gradient: {type(e).__name__}: {e}"[:300],
-                    "fallback": bool(torch_neuronx.get_fallback_ops())}
-    # Which ATen ops ran their CPU kernel synchronously (generic) or queued (meta + CPU kernel).
-    result["generic_ops"] = torch_neuronx.get_generic_ops()
-    result["queued_ops"] = torch_neuronx.get_queued_ops()
+                    "fallback": _copied()}
+    # How the ATen ops it reached ran: async (queued) or sync (the caller waited).
+    counts = torch_neuronx.op_counts()
+    result["sync_ops"] = {k: c["sync"] for k, c in counts.items() if c["sync"]}
+    result["async_ops"] = {k: c["async"] for k, c in counts.items() if c["async"]}
     if compared == 0:
         result["status"] = "cpu-error"
         result["detail"] = "every sample raised on CPU"
-    result["fallback"] = bool(torch_neuronx.get_fallback_ops())
+    result["fallback"] = _copied()
     if result["status"] == "pass" and _value_free(op):
         result["detail"] = "shape and dtype only (random or uninitialised values)"
     return result
@@ -378,17 +385,17 @@ def summarize(results: list) -> dict:
     for r in results:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     n = max(1, len(comparable))
-    generic, queued = {}, {}
+    sync, queued = {}, {}
     for r in results:
-        for name, c in r.get("generic_ops", {}).items():
-            generic[name] = generic.get(name, 0) + c
-        for name, c in r.get("queued_ops", {}).items():
+        for name, c in r.get("sync_ops", {}).items():
+            sync[name] = sync.get(name, 0) + c
+        for name, c in r.get("async_ops", {}).items():
             queued[name] = queued.get(name, 0) + c
     return {"pairs": len(results), "comparable": len(comparable), "counts": counts,
             "pass_rate_native": len(native) / n, "pass_rate_with_fallback": len(passed) / n,
             "fallback_ops": sorted({r["op"] for r in results if r["fallback"]}),
-            "aten_calls": {"queued": sum(queued.values()), "generic": sum(generic.values())},
-            "synchronous_aten_ops": sorted(k for k in generic if k not in queued)}
+            "aten_calls": {"async": sum(queued.values()), "sync": sum(sync.values())},
+            "synchronous_aten_ops": sorted(k for k in sync if k not in queued)}
 
 
 def write_report(results: list, out_dir: str) -> dict:
@@ -403,8 +410,8 @@ def write_report(results: list, out_dir: str) -> dict:
     lines += ["", f"pass rate without fallback: {summary['pass_rate_native']:.2%}",
               f"pass rate with fallback: {summary['pass_rate_with_fallback']:.2%}", "",
               f"OpInfos that used the CPU fallback: {', '.join(summary['fallback_ops']) or 'none'}", "",
-              "ATen calls without a dedicated kernel: {queued} queued (meta + CPU kernel, asynchronous), "
-              "{generic} run at once in place (generic)".format(**summary["aten_calls"]), "",
+              "ATen calls: {async} async (queued), {sync} sync (the caller waited for the kernel)".format(
+                  **summary["aten_calls"]), "",
               "ATen ops that only ran synchronously: " + (", ".join(summary["synchronous_aten_ops"]) or "none"), "",
               "## Not passing", "", "| op | dtype | status | detail |", "| --- | --- | --- | --- |"]
     for r in results:

@@ -8,6 +8,8 @@
 namespace neuronrt {
 
 constexpr uint64_t kGiB = 1ull << 30;
+// PyTorch device indices are int8: a process addresses at most this many logical cores.
+constexpr int kMaxDevices = 128;
 
 struct ChipProfile {
   std::string name;            // "trn2", "trn3"
@@ -47,7 +49,7 @@ struct Topology {
   static Topology make(const std::string& profile, int lnc, int chips,
                        const std::string& visible_cores, uint64_t hbm_override = 0);
   // TORCH_NEURONX_PROFILE, NEURON_LOGICAL_NC_CONFIG, TORCH_NEURONX_CHIPS,
-  // NEURON_RT_VISIBLE_CORES, TORCH_NEURONX_HBM_BYTES (override for tests).
+  // NEURON_RT_VISIBLE_CORES, TORCH_NEURONX_HBM_BYTES (see config.h).
   static Topology from_env();
 };
 

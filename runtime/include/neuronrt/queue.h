@@ -2,12 +2,15 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <exception>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -17,10 +20,15 @@ namespace neuronrt {
 
 using Task = std::function<void()>;
 
-// Raised at a synchronizing call for a task that failed earlier on a queue.
+// Raised at a synchronizing call for a task that failed earlier on a queue. `what()` names the
+// task and the queue; `cause()` is the task's own exception, so a caller can keep its kind.
 class TaskError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  TaskError(const std::string& what, std::exception_ptr cause) : std::runtime_error(what), cause_(std::move(cause)) {}
+  const std::exception_ptr& cause() const { return cause_; }
+
+ private:
+  std::exception_ptr cause_;
 };
 
 struct QueueOptions {
@@ -28,6 +36,7 @@ struct QueueOptions {
   bool blocking = false;         // every submit waits for its task (NEURON_LAUNCH_BLOCKING)
   std::function<void()> enter;   // around every task: the sanitizer opens device memory
   std::function<void()> leave;
+  int64_t tag = 0;               // the owner's id for this queue (the torch layer's stream id)
 };
 
 // A queue holds up to kSlots tasks in a fixed ring, like a hardware queue of fixed depth: submit
@@ -63,18 +72,29 @@ class Queue {
     return publish_locked(lock);
   }
 
-  // Waits for the queue to drain (raising a recorded error), then runs `fn` on the calling
-  // thread with device memory open: for work whose results the host needs at once. Exceptions
-  // from `fn` propagate to the caller.
-  void run_inline(const Task& fn);
+  // Runs `fn` as the queue's next task and waits for it: for work whose results the host needs
+  // at once. Like every task it runs in queue order, so no other task of this queue overlaps it,
+  // whatever other threads submit meanwhile. An earlier task's failure is raised first; then
+  // `fn`'s own exception, as it was thrown.
+  void run_sync(const char* name, const std::function<void()>& fn);
 
   void synchronize();                 // all submitted work; raises a recorded error
   bool query() const;                 // true when all submitted work has finished
   void wait_for(uint64_t seq) const;  // until task `seq` has finished (no error check)
+  // Like wait_for, giving up after `timeout`; true when the task has finished.
+  bool wait_for(uint64_t seq, std::chrono::microseconds timeout) const;
   bool is_complete(uint64_t seq) const { return completed_.load(std::memory_order_acquire) >= seq; }
   uint64_t last_submitted() const { return submitted_.load(std::memory_order_acquire); }
   uint64_t tasks_completed() const { return completed_.load(std::memory_order_acquire); }
   void raise_pending_error();
+  // Raises a recorded failure of a task at or before `seq` (an event's synchronize).
+  void raise_error_through(uint64_t seq);
+  const std::string& name() const { return opts_.name; }
+  int64_t tag() const { return opts_.tag; }
+
+  // The queue whose worker is running the calling thread's current task; nullptr on any other
+  // thread (the host).
+  static Queue* current();
 
   // Called once on each worker thread before its first task (the torch layer sets up
   // thread-local state there).
@@ -90,8 +110,9 @@ class Queue {
   Slot& reserve_locked();
   uint64_t publish_locked(std::unique_lock<std::mutex>& lock);
   void worker_loop();
-  void run_task(Slot& slot);
-  void record_error(const char* name, const std::string& what);
+  void run_task(Slot& slot, uint64_t seq);
+  void record_error(uint64_t seq, const char* name, std::exception_ptr error);
+  void raise_error_locked(std::unique_lock<std::mutex>& lock);
   void finish_one(uint64_t seq);
 
   QueueOptions opts_;
@@ -109,7 +130,10 @@ class Queue {
   std::atomic<bool> worker_sleeping_{false};
   mutable std::atomic<int> waiters_{0};
   std::atomic<bool> stop_{false};
-  std::string error_;  // first failure since the last synchronizing call
+  // The first failure not yet raised: its task's sequence number, name and exception.
+  uint64_t error_seq_ = 0;
+  std::string error_what_;
+  std::exception_ptr error_;
   std::thread worker_;
 };
 

@@ -1,4 +1,4 @@
-#include "aten/shape_cache.h"
+#include "pipeline/shape_cache.h"
 
 #include <algorithm>
 #include <cstring>
@@ -28,8 +28,8 @@ struct EntryHash {
 };
 
 std::mutex mu;
-std::unordered_map<Entry, std::vector<OutputMeta>, EntryHash>& cache() {
-  static auto* c = new std::unordered_map<Entry, std::vector<OutputMeta>, EntryHash>();
+std::unordered_map<Entry, MetaAnswer, EntryHash>& cache() {
+  static auto* c = new std::unordered_map<Entry, MetaAnswer, EntryHash>();
   return *c;
 }
 
@@ -109,17 +109,27 @@ size_t ShapeKey::hash() const {
   return h;
 }
 
-std::optional<std::vector<OutputMeta>> find_shapes(const void* op, const ShapeKey& key) {
+OutputMeta OutputMeta::of(const at::Tensor& t) {
+  OutputMeta m;
+  m.defined = t.defined();
+  if (!m.defined) return m;
+  m.sizes.assign(t.sizes().begin(), t.sizes().end());
+  m.strides.assign(t.strides().begin(), t.strides().end());
+  m.dtype = t.scalar_type();
+  return m;
+}
+
+std::optional<MetaAnswer> find_answer(const void* op, const ShapeKey& key) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache().find(Entry{op, key});
   if (it == cache().end()) return std::nullopt;
   return it->second;
 }
 
-void remember_shapes(const void* op, ShapeKey key, std::vector<OutputMeta> outputs) {
+void remember_answer(const void* op, ShapeKey key, MetaAnswer answer) {
   std::lock_guard<std::mutex> lock(mu);
   if (cache().size() >= kMaxEntries) cache().clear();
-  cache()[Entry{op, std::move(key)}] = std::move(outputs);
+  cache()[Entry{op, std::move(key)}] = std::move(answer);
 }
 
 }  // namespace torch_neuronx

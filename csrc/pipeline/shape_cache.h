@@ -1,6 +1,8 @@
 // What meta kernels said, remembered per exact call metadata. A model repeats the same shapes
 // every step, and a meta kernel (often Python, in torch._meta_registrations) costs 20-200 µs,
-// so the queued path asks it once per distinct call and reuses the answer.
+// so the async path asks it once per distinct call and reuses the answer. The key holds all
+// that meta sees (dtypes, sizes and strides of every tensor, every argument's value), so two
+// calls with equal keys get the same answer and pass the same checks.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -32,10 +34,20 @@ class ShapeKey {
 struct OutputMeta {
   c10::SmallVector<int64_t, 5> sizes, strides;
   c10::ScalarType dtype = c10::ScalarType::Undefined;
+  bool defined = true;
+
+  static OutputMeta of(const at::Tensor& t);
+};
+
+// What meta said of one call.
+struct MetaAnswer {
+  std::vector<OutputMeta> written;  // each written argument's tensors, in walk order
+  std::vector<OutputMeta> outputs;  // each fresh return's tensors, in order
+  std::vector<int> output_counts;   // per fresh return: -1 for a Tensor, else the Tensor[]'s length
 };
 
 // Bounded (it is cleared when full): shapes that never repeat must not grow it without limit.
-std::optional<std::vector<OutputMeta>> find_shapes(const void* op, const ShapeKey& key);
-void remember_shapes(const void* op, ShapeKey key, std::vector<OutputMeta> outputs);
+std::optional<MetaAnswer> find_answer(const void* op, const ShapeKey& key);
+void remember_answer(const void* op, ShapeKey key, MetaAnswer answer);
 
 }  // namespace torch_neuronx

@@ -1,0 +1,436 @@
+// How an op runs on neuron, and why: the one file that decides it.
+//
+// Every ATen op reaching the neuron device takes exactly one of these paths:
+// - typed kernel: a kernel written for the device (csrc/aten/*: elementwise, reductions, matmul,
+//   softmax, losses, copies, fills, ...). Its meta function runs on the host, the output is
+//   allocated on the device and the CPU kernel is queued as a task. Always async.
+// - composite: PyTorch decomposes the op into other ops before it reaches the device (linear,
+//   dropout, most views); each of those runs by its own plan.
+// - boxed: everything else reaches one boxed entry (boxed_entry.cpp), which runs the op by the
+//   plan this file makes for it, once, from its schema and tags and the overrides table below:
+//     async  the op's meta kernel runs on the host over shape-only mirrors of the arguments (bad
+//            arguments raise at the call, as on CUDA) and sizes the outputs, which are allocated
+//            on the device; the op's CPU kernel (its out= overload where it has a CPU kernel of
+//            its own, else the op followed by a copy into the outputs) runs as a task over views
+//            of device memory. Random ops get a generator derived from the neuron generator's
+//            seed and offset when the call is made, so results follow torch.neuron.manual_seed.
+//            The task checks that the kernel left every output as allocated; if not, it fails
+//            loudly (never a silent wrong result) and names this file.
+//     sync   for ops whose outputs meta cannot size (they depend on tensor values: nonzero,
+//            unique, boolean masks), that return host values or views, or that have no meta
+//            kernel: the CPU kernel still runs as a task on the stream, on device memory, and the
+//            caller waits for it; what it allocates comes from the device (no copy).
+//     copy   the CPU fallback: tensors are copied to host memory, computed there and copied
+//            back. Only where an override or TORCH_NEURONX_OP_POLICY asks for it;
+//            TORCH_NEURONX_FALLBACK=warn|error|silent says what a copy does.
+//   A single call of an async op may still run sync, counted with its reason: a host tensor
+//   argument, or a meta kernel that raised (the CPU kernel then decides, and raises its error).
+//
+// `torch_neuronx.explain("aten::op")` prints the plan of an op; `op_counts()` counts the calls.
+#include "pipeline/op_policy.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "core/errors.h"
+#include "neuronrt/config.h"
+#include "pipeline/meta_rules.h"
+
+namespace torch_neuronx {
+namespace {
+
+// ---- the overrides table ----------------------------------------------------------------------
+
+struct Override {
+  const char* op;     // "aten::name" (every overload; a row naming the overload itself wins)
+  int mode;           // -1: as the rules decide; else a Mode
+  unsigned flags;     // OverrideFlag
+  const char* why;
+  MetaRule rule = nullptr;
+};
+
+constexpr int kRules = -1;
+constexpr int kSyncMode = static_cast<int>(Mode::kSync);
+namespace mr = meta_rules;
+
+// Every exception to the rules, with its reason. Add a row here, never a branch elsewhere.
+const Override kOverrides[] = {
+    // Composite kernels that would send neuron to convolution_overrideable: take the ops, so the
+    // CPU's convolution runs as a task.
+    {"aten::convolution", kRules, kClaim, "its composite kernel would call convolution_overrideable"},
+    {"aten::convolution_backward", kRules, kClaim, "its composite kernel would call convolution_backward_overrideable"},
+    // A composite kernel that computes differently from the CPU kernel (in the input dtype
+    // rather than in float): the CPU kernel is what users compare with, and one task, not many.
+    {"aten::native_layer_norm", kRules, kClaim, "the CPU kernel, not the composite one, is the reference"},
+    {"aten::native_group_norm", kRules, kClaim, "the CPU kernel, not the composite one, is the reference"},
+    {"aten::addr", kRules, kClaim, "the CPU kernel, not the composite one, is the reference"},
+    {"aten::_stack", kRules, kClaim, "one kernel rather than a cat of unsqueezed inputs"},
+    {"aten::all.dims", kRules, kClaim, "one kernel rather than a chain of reductions"},
+    {"aten::any.dims", kRules, kClaim, "one kernel rather than a chain of reductions"},
+    {"aten::linalg__powsum", kRules, kClaim, "one kernel rather than a chain of ops"},
+    {"aten::mode.values", kRules, kClaim, "its composite kernel accepts only CPU, CUDA and XPU tensors"},
+
+    // Meta kernels follow CUDA; where the CPU kernel (what runs, and what users compare with)
+    // decides dtypes or shapes otherwise, a rule corrects meta's answer.
+    {"aten::native_layer_norm", kRules, 0, "the CPU keeps mean/rstd in the input dtype unless the weights are float",
+     mr::layer_norm_stats},
+    {"aten::native_batch_norm", kRules, kNoOutKernel, "the CPU's saved statistics follow the input dtype and are empty in eval",
+     mr::batch_norm_stats},
+    {"aten::_native_batch_norm_legit", kRules, kNoOutKernel,
+     "the CPU's saved statistics follow the input dtype and are empty in eval", mr::batch_norm_stats},
+    {"aten::_native_batch_norm_legit.no_stats", kRules, kNoOutKernel,
+     "the CPU's saved statistics follow the input dtype and are empty in eval", mr::batch_norm_stats_no_stats},
+    {"aten::_native_batch_norm_legit_no_training", kRules, kNoOutKernel,
+     "the CPU's saved statistics follow the input dtype and are empty in eval", mr::batch_norm_stats_eval},
+    {"aten::_batch_norm_with_update", kRules, kNoOutKernel, "the CPU's saved statistics follow the input dtype",
+     mr::batch_norm_stats_train},
+    {"aten::_batch_norm_no_update", kRules, kNoOutKernel, "the CPU's saved statistics are empty in eval",
+     mr::batch_norm_stats_eval},
+    {"aten::nonzero_static", kRules, kContiguousOutputs, "the CPU returns a contiguous result where meta transposes it"},
+    // Structured CPU out= kernels give an out= tensor they resize the functional result's layout;
+    // these ops' meta kernels (Python) keep it contiguous.
+    {"aten::cat.out", kRules, kFunctionalLayout, "a resized out= tensor takes the inputs' memory format"},
+    {"aten::cholesky_inverse.out", kRules, kFunctionalLayout, "a resized out= tensor is column-major"},
+    {"aten::linalg_lu_solve.out", kRules, kFunctionalLayout, "a resized out= tensor is column-major"},
+    {"aten::linalg_lu_factor_ex.out", kRules, kFunctionalLayout, "a resized out= tensor is column-major"},
+    {"aten::linalg_qr.out", kRules, kFunctionalLayout, "a resized out= tensor is column-major"},
+    {"aten::triangular_solve.X", kRules, kFunctionalLayout, "a resized out= tensor is column-major"},
+    {"aten::ormqr.out", kRules, kFunctionalLayout, "a resized out= tensor is column-major"},
+    {"aten::linalg_householder_product.out", kRules, kFunctionalLayout, "a resized out= tensor is column-major"},
+    {"aten::linalg_ldl_factor_ex.out", kRules, kFunctionalLayout, "a resized out= tensor is column-major"},
+    {"aten::linalg_ldl_solve.out", kRules, kFunctionalLayout, "a resized out= tensor is column-major"},
+    {"aten::_linalg_eigh.eigenvalues", kRules, kFunctionalLayout, "a resized out= tensor is column-major"},
+    // out= kernels that use or reshape their output as scratch: the task runs the op and copies.
+    {"aten::huber_loss", kRules, kNoOutKernel, "its out= kernel uses the output as scratch of the input's size"},
+    {"aten::binary_cross_entropy", kRules, kNoOutKernel, "its out= kernel uses the output as scratch of the input's size"},
+    // Sync: the CPU kernel decides what meta cannot predict.
+    {"aten::_embedding_bag_forward_only", kSyncMode, 0,
+     "its CPU kernel sizes offset2bag, bag_size and max_indices differently from meta"},
+    {"aten::_embedding_bag", kSyncMode, 0, "its CPU kernel sizes offset2bag, bag_size and max_indices differently from meta"},
+    {"aten::max_unpool2d", kSyncMode, 0, "the CPU kernel follows the input's memory format, which meta does not"},
+    {"aten::linalg_eig", kSyncMode, 0, "the CPU's LAPACK kernel returns column-major results where meta says row-major"},
+};
+
+// ---- the user's overrides (TORCH_NEURONX_OP_POLICY, TORCH_NEURONX_FORCE_FALLBACK) ------------
+
+// Read once; ops are planned once.
+const std::unordered_map<std::string, Mode>& user_modes();
+
+std::unordered_map<std::string, Mode> parse_policy(const std::string& spec, const char* setting, bool copy_only) {
+  std::unordered_map<std::string, Mode> out;
+  std::stringstream ss(spec);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    std::string op = item, mode = "copy";
+    if (!copy_only) {
+      const auto eq = item.find('=');
+      TORCH_CHECK_VALUE(eq != std::string::npos, setting, ": '", item, "' is not op=mode (e.g. aten::nonzero=sync)");
+      op = item.substr(0, eq);
+      mode = item.substr(eq + 1);
+    }
+    TORCH_CHECK_VALUE(op.rfind("aten::", 0) == 0 || op.find("::") != std::string::npos, setting, ": '", op,
+                      "' is not an operator name such as aten::add or aten::add.Tensor");
+    if (mode == "async") out[op] = Mode::kAsync;
+    else if (mode == "sync") out[op] = Mode::kSync;
+    else if (mode == "copy") out[op] = Mode::kCopy;
+    else TORCH_CHECK_VALUE(false, setting, ": mode '", mode, "' of ", op, " is not async, sync or copy");
+  }
+  return out;
+}
+
+const std::unordered_map<std::string, Mode>& user_modes() {
+  static const auto* modes = [] {
+    auto* m = new std::unordered_map<std::string, Mode>(checked([] {
+      return parse_policy(neuronrt::config::text("TORCH_NEURONX_FORCE_FALLBACK"), "TORCH_NEURONX_FORCE_FALLBACK", true);
+    }));
+    for (auto& [op, mode] : checked([] {
+           return parse_policy(neuronrt::config::text("TORCH_NEURONX_OP_POLICY"), "TORCH_NEURONX_OP_POLICY", false);
+         })) {
+      (*m)[op] = mode;
+    }
+    return m;
+  }();
+  return *modes;
+}
+
+std::optional<Mode> user_mode(const std::string& name, const std::string& base) {
+  const auto& modes = user_modes();
+  auto it = modes.find(name);
+  if (it == modes.end()) it = modes.find(base);
+  if (it == modes.end()) return std::nullopt;
+  return it->second;
+}
+
+// ---- the rules -----------------------------------------------------------------------------
+
+bool is_tensor(const c10::TypePtr& t) { return t->kind() == c10::TypeKind::TensorType; }
+bool is_tensor_list(const c10::TypePtr& t) {
+  auto l = t->cast<c10::ListType>();
+  return l && l->getElementType()->kind() == c10::TypeKind::TensorType;
+}
+bool is_optional_tensor(const c10::TypePtr& t) {
+  auto o = t->cast<c10::OptionalType>();
+  return o && o->getElementType()->kind() == c10::TypeKind::TensorType;
+}
+bool is_written(const c10::Argument& a) { return a.alias_info() && a.alias_info()->isWrite(); }
+bool has_kind(const c10::TypePtr& t, c10::TypeKind kind) {
+  if (t->kind() == kind) return true;
+  if (auto o = t->cast<c10::OptionalType>()) return o->getElementType()->kind() == kind;
+  return false;
+}
+
+// Overload names of every operator, by operator name (read once).
+const std::vector<std::string>& overloads_of(const std::string& name) {
+  static const auto* all = [] {
+    auto* m = new std::unordered_map<std::string, std::vector<std::string>>();
+    for (const auto& op : c10::Dispatcher::singleton().getAllOpNames()) (*m)[op.name].push_back(op.overload_name);
+    return m;
+  }();
+  static const std::vector<std::string> none;
+  auto it = all->find(name);
+  return it == all->end() ? none : it->second;
+}
+
+// The out= overload computing `schema`'s fresh returns: the same arguments, then one written
+// Tensor (or Tensor[]) per return. Usually "<overload>_out" or "out", but backward ops call theirs
+// "grad_input" and unary reductions "unary_out", so every overload of the name is a candidate.
+// Only one with a CPU kernel of its own counts: a generated out= wrapper is the op plus a copy.
+std::optional<c10::OperatorHandle> find_out_overload(const c10::FunctionSchema& schema) {
+  const auto& overload = schema.overload_name();
+  std::vector<std::string> candidates;
+  if (!overload.empty()) candidates.push_back(overload + "_out");
+  candidates.push_back("out");
+  for (const auto& o : overloads_of(schema.name()))
+    if (o != overload) candidates.push_back(o);
+  const size_t nargs = schema.arguments().size(), nret = schema.returns().size();
+  for (const auto& c : candidates) {
+    auto h = c10::Dispatcher::singleton().findOp({schema.name(), c});
+    if (!h) continue;
+    const auto& s = h->schema();
+    if (s.arguments().size() != nargs + nret) continue;
+    bool ok = s.returns().size() == nret || s.returns().empty();
+    for (size_t i = 0; i < nargs && ok; ++i) {
+      const auto& a = schema.arguments()[i];
+      const auto& b = s.arguments()[i];
+      ok = a.name() == b.name() && *a.type() == *b.type() && (bool)a.alias_info() == (bool)b.alias_info();
+    }
+    for (size_t r = 0; r < nret && ok; ++r) {
+      const auto& b = s.arguments()[nargs + r];
+      ok = is_written(b) && *b.type() == *schema.returns()[r].type();
+    }
+    if (ok && h->hasKernelForDispatchKey(c10::DispatchKey::CPU)) return h;
+  }
+  return std::nullopt;
+}
+
+struct Decision {
+  Mode mode;
+  std::string reason;
+};
+
+Decision sync_because(const std::string& why) { return {Mode::kSync, why}; }
+
+// The rules, in order; `r` receives the async plan.
+Decision decide(const c10::OperatorHandle& op, OpRecord& r, unsigned flags) {
+  const auto& schema = op.schema();
+  if (op.hasTag(at::Tag::dynamic_output_shape) || op.hasTag(at::Tag::data_dependent_output))
+    return sync_because("its output shape or value depends on tensor values");
+  if (op.hasTag(at::Tag::inplace_view) || op.hasTag(at::Tag::maybe_aliasing_or_mutating))
+    return sync_because("it changes or may return a view of its input's metadata");
+  for (const auto& a : schema.arguments()) {
+    if (has_kind(a.type(), c10::TypeKind::StorageType)) return sync_because("it takes a Storage argument");
+    if (a.alias_info() && !is_written(a)) return sync_because("it returns a view of an argument");
+    if (is_written(a) && !is_tensor(a.type()) && !is_tensor_list(a.type()) && !is_optional_tensor(a.type()))
+      return sync_because("it writes an argument of type " + a.type()->str());
+  }
+  for (const auto& ret : schema.returns()) {
+    if (!is_tensor(ret.type()) && !is_tensor_list(ret.type())) return sync_because("it returns a host value");
+    if (ret.alias_info()) {
+      int arg = -1;
+      for (size_t i = 0; i < schema.arguments().size() && arg < 0; ++i) {
+        const auto& info = schema.arguments()[i].alias_info();
+        if (info && info->isWrite() && info->beforeSets() == ret.alias_info()->beforeSets()) arg = static_cast<int>(i);
+      }
+      if (arg < 0 || !ret.alias_info()->isWrite()) return sync_because("it returns a view of an argument");
+      r.return_arg.push_back(arg);
+    } else {
+      r.return_arg.push_back(-1);
+    }
+  }
+  if (!op.hasComputedKernelForDispatchKey(c10::DispatchKey::Meta))
+    return sync_because("it has no meta kernel to size its outputs");
+  if (!op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU))
+    return {Mode::kCopy, "it has no CPU kernel to run on device memory"};
+  bool fresh = false;
+  for (int a : r.return_arg) fresh = fresh || a < 0;
+  if (fresh && !(flags & kNoOutKernel)) r.out_op = find_out_overload(schema);
+  std::string what = "meta sizes the outputs on the host; ";
+  if (!fresh) {
+    what += "the CPU kernel runs as a task on the stream, writing its arguments on the device";
+  } else if (r.out_op) {
+    what += "the CPU out= kernel (" + op_display_name(*r.out_op) + ") runs as a task into them";
+  } else {
+    what += "the CPU kernel runs as a task and its results are copied into them";
+  }
+  return {Mode::kAsync, what};
+}
+
+// For an out= op (its written arguments are keyword-only): the functional overload computing the
+// same thing, whose meta gives the layout CPU kernels give a resized out= tensor.
+std::optional<c10::OperatorHandle> find_functional_of(const c10::FunctionSchema& schema) {
+  size_t nouts = 0;
+  for (const auto& a : schema.arguments()) nouts += a.kwarg_only() && is_written(a) && is_tensor(a.type());
+  if (nouts == 0) return std::nullopt;
+  const size_t nargs = schema.arguments().size() - nouts;
+  for (const auto& o : overloads_of(schema.name())) {
+    if (o == schema.overload_name()) continue;
+    auto h = c10::Dispatcher::singleton().findOp({schema.name(), o});
+    if (!h || !h->hasComputedKernelForDispatchKey(c10::DispatchKey::Meta)) continue;
+    const auto& f = h->schema();
+    if (f.arguments().size() != nargs || f.returns().size() != nouts) continue;
+    bool ok = true;
+    for (size_t i = 0; i < nargs && ok; ++i) {
+      const auto& a = schema.arguments()[i];
+      const auto& b = f.arguments()[i];
+      ok = a.name() == b.name() && *a.type() == *b.type() && !b.alias_info();
+    }
+    for (const auto& ret : f.returns()) ok = ok && is_tensor(ret.type()) && !ret.alias_info();
+    if (ok) return h;
+  }
+  return std::nullopt;
+}
+
+std::unique_ptr<OpRecord> make_record(const c10::OperatorHandle& op) {
+  auto r = std::make_unique<OpRecord>();
+  r->name = op_display_name(op);
+  const std::string base = op.schema().name();
+  // Rows naming this op: an exact "aten::name.overload" row replaces rows naming every overload.
+  bool exact_row = false;
+  for (const auto& o : kOverrides) exact_row = exact_row || (o.op == r->name && std::strchr(o.op, '.'));
+  unsigned flags = 0;
+  int mode = kRules;
+  std::string whys;
+  for (const auto& o : kOverrides) {
+    if (!(o.op == r->name || (!exact_row && o.op == base))) continue;
+    flags |= o.flags;
+    if (o.mode != kRules) mode = o.mode;
+    if (o.rule) r->rule = o.rule;
+    whys += (whys.empty() ? "" : "; ") + std::string(o.why);
+  }
+  r->contiguous_outputs = flags & kContiguousOutputs;
+  if (flags & kFunctionalLayout) r->functional_op = find_functional_of(op.schema());
+  Decision d = decide(op, *r, flags);
+  if (mode != kRules) d = {static_cast<Mode>(mode), whys};
+  else if (!whys.empty()) d.reason += " (overrides: " + whys + ")";
+  if (const auto m = user_mode(r->name, base)) d = {*m, std::string("set by TORCH_NEURONX_OP_POLICY (was: ") + d.reason + ")"};
+  if (d.mode != Mode::kAsync) r->out_op.reset();
+  r->mode = d.mode;
+  r->reason = std::move(d.reason);
+  return r;
+}
+
+std::mutex records_mu;
+std::unordered_map<const c10::FunctionSchema*, OpRecord*>& records() {
+  static auto* m = new std::unordered_map<const c10::FunctionSchema*, OpRecord*>();
+  return *m;
+}
+
+// How an op reaches the device, from the dispatcher's table.
+std::string route_of(const c10::OperatorHandle& op) {
+  if (op.hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) return "";
+  if (op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd))
+    return "composite: PyTorch decomposes it (CompositeImplicitAutograd) before it reaches the device; "
+           "the ops it decomposes into run by their own plans";
+  if (op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+      op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))
+    return "composite: its CompositeExplicitAutograd kernel runs for every device and calls other ops, "
+           "which run by their own plans";
+  return "";
+}
+
+}  // namespace
+
+std::string op_display_name(const c10::OperatorHandle& op) {
+  const auto& name = op.operator_name();
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
+OpRecord& record_for(const c10::OperatorHandle& op) {
+  // Each thread remembers what it looked up, so the common case takes no lock.
+  thread_local std::unordered_map<const c10::FunctionSchema*, OpRecord*> seen;
+  const auto* key = &op.schema();  // stable for a registered operator
+  auto it = seen.find(key);
+  if (C10_LIKELY(it != seen.end())) return *it->second;
+  OpRecord* r;
+  {
+    std::lock_guard<std::mutex> lock(records_mu);
+    auto& slot = records()[key];
+    if (!slot) {
+      slot = make_record(op).release();
+      add_record(slot);
+    }
+    r = slot;
+  }
+  seen.emplace(key, r);
+  return *r;
+}
+
+std::vector<std::string> claimed_ops() {
+  std::vector<std::string> out;
+  for (const auto& o : kOverrides)
+    if (o.flags & kClaim) out.emplace_back(std::string(o.op).substr(6));  // without "aten::"
+  return out;
+}
+
+std::string explain(const std::string& name) {
+  std::string base = name, overload;
+  const auto sep = name.find("::");
+  const auto dot = name.find('.', sep == std::string::npos ? 0 : sep);
+  if (dot != std::string::npos) {
+    base = name.substr(0, dot);
+    overload = name.substr(dot + 1);
+  }
+  std::vector<c10::OperatorHandle> ops;
+  if (dot != std::string::npos) {
+    if (auto h = c10::Dispatcher::singleton().findOp({base, overload})) ops.push_back(*h);
+  } else {
+    for (const auto& o : overloads_of(base))
+      if (auto h = c10::Dispatcher::singleton().findOp({base, o})) ops.push_back(*h);
+  }
+  TORCH_CHECK_VALUE(!ops.empty(), "neuron: no operator named '", name, "' (use a name such as aten::add or aten::add.Tensor)");
+  std::ostringstream out;
+  for (const auto& op : ops) {
+    const std::string full = op_display_name(op);
+    OpRecord* r = find_record(full);
+    std::string route = route_of(op);
+    out << full << ": ";
+    if (r && r->typed) {
+      out << "async, typed kernel: " << r->reason;
+    } else if (!route.empty() && !r) {
+      out << route;
+    } else {
+      OpRecord& rec = r ? *r : record_for(op);
+      out << mode_name(rec.mode) << " (boxed): " << rec.reason;
+      r = &rec;
+    }
+    if (r) {
+      out << ". Calls: async " << r->calls[0].load() << ", sync " << r->calls[1].load() << ", copy "
+          << r->calls[2].load();
+      for (Mode m : {Mode::kSync, Mode::kCopy}) {
+        for (const auto& [why, n] : r->call_reasons(m)) out << "; " << n << " " << mode_name(m) << " because " << why;
+      }
+    }
+    out << "\n";
+  }
+  std::string s = out.str();
+  s.pop_back();
+  return s;
+}
+
+}  // namespace torch_neuronx

@@ -1,0 +1,33 @@
+// How each op runs on neuron, decided once per op (see op_policy.cpp for the policy).
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <string>
+#include <vector>
+
+#include "pipeline/op_record.h"
+
+namespace torch_neuronx {
+
+// Flags of an entry of the overrides table.
+enum OverrideFlag : unsigned {
+  kClaim = 1,        // take the op at the device even though it has a composite kernel
+  kNoOutKernel = 2,  // the task runs the op and copies its results (its out= kernel misbehaves)
+  kContiguousOutputs = 4,  // fresh outputs are contiguous, as the CPU kernel makes them
+  kFunctionalLayout = 8,   // a resized out= tensor takes the functional op's result layout
+};
+
+// The record (plan and counters) of a boxed op, made on first use. Cheap on repeated calls.
+OpRecord& record_for(const c10::OperatorHandle& op);
+
+// "aten::add.Tensor" for an operator.
+std::string op_display_name(const c10::OperatorHandle& op);
+
+// Ops the boxed entry registers for directly (kClaim), as "name" or "name.overload".
+std::vector<std::string> claimed_ops();
+
+// How `name` ("aten::op" or "aten::op.overload") runs on neuron and why, in words.
+std::string explain(const std::string& name);
+
+}  // namespace torch_neuronx

@@ -1,0 +1,116 @@
+#include "neuronrt/config.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+namespace neuronrt::config {
+namespace {
+
+std::string quoted(const std::string& s) { return "'" + s + "'"; }
+
+}  // namespace
+
+const std::vector<Setting>& all() {
+  static const std::vector<Setting> settings = {
+      {"TORCH_NEURONX_PROFILE", "trn2", "device generation: trn2 or trn3"},
+      {"NEURON_LOGICAL_NC_CONFIG", "2", "physical cores per logical core (LNC): 2 (4 devices per chip) or 1 (8)"},
+      {"TORCH_NEURONX_CHIPS", "1", "number of chips on the instance"},
+      {"NEURON_RT_VISIBLE_CORES", "", "visible logical cores, e.g. 0-1 or 3 (default: all)"},
+      {"TORCH_NEURONX_HBM_BYTES", "",
+       "device memory per logical core, overriding the profile (testing): bytes, or with KiB/MiB/GiB/TiB"},
+      {"NEURON_LAUNCH_BLOCKING", "0", "1: every queued task runs before the call returns; errors raise at the call"},
+      {"TORCH_NEURONX_SANITIZE", "0",
+       "1: device memory is inaccessible to the host outside queued tasks (mprotect); a host access is reported"},
+      {"TORCH_NEURONX_STRICT", "0", "1: float64 and complex tensors raise (Trainium has neither); default: warn once"},
+      {"TORCH_NEURONX_FALLBACK", "warn", "what a CPU fallback (copy to host and back) does: warn (once per op), error, silent"},
+      {"TORCH_NEURONX_OP_POLICY", "",
+       "per-op overrides of how ops run: 'aten::op=sync,aten::other.overload=copy' (async, sync or copy)"},
+      {"TORCH_NEURONX_FORCE_FALLBACK", "",
+       "deprecated alias, kept for one release: 'aten::a,aten::b' means aten::a=copy,aten::b=copy"},
+  };
+  return settings;
+}
+
+std::optional<std::string> raw(const char* name) {
+  bool known = false;
+  for (const auto& s : all()) known = known || std::strcmp(s.name, name) == 0;
+  if (!known) throw std::logic_error(std::string("neuron config: ") + name + " is not a listed setting");
+  const char* v = std::getenv(name);
+  if (!v || !*v) return std::nullopt;
+  return std::string(v);
+}
+
+bool flag(const char* name) {
+  const auto v = raw(name);
+  if (!v) return false;
+  if (*v == "1" || *v == "true" || *v == "on") return true;
+  if (*v == "0" || *v == "false" || *v == "off") return false;
+  throw std::invalid_argument(std::string(name) + "=" + quoted(*v) + ": expected 1 or 0 (true/false, on/off)");
+}
+
+int64_t parse_integer(const std::string& text, const char* what, int64_t min, int64_t max) {
+  bool ok = !text.empty() && text.size() <= 18;
+  for (size_t i = 0; ok && i < text.size(); ++i) ok = (text[i] >= '0' && text[i] <= '9') || (i == 0 && text[i] == '-' && text.size() > 1);
+  if (!ok) {
+    throw std::invalid_argument(std::string(what) + "=" + quoted(text) + ": expected a whole number from " +
+                                std::to_string(min) + " to " + std::to_string(max));
+  }
+  const int64_t v = std::stoll(text);
+  if (v < min || v > max) {
+    throw std::invalid_argument(std::string(what) + "=" + quoted(text) + ": must be from " + std::to_string(min) +
+                                " to " + std::to_string(max));
+  }
+  return v;
+}
+
+int64_t integer(const char* name, int64_t fallback, int64_t min, int64_t max) {
+  const auto v = raw(name);
+  return v ? parse_integer(*v, name, min, max) : fallback;
+}
+
+uint64_t parse_bytes(const std::string& text, const char* what) {
+  const auto bad = [&](const char* why) {
+    return std::invalid_argument(std::string(what) + "=" + quoted(text) + ": " + why +
+                                 " (a byte count such as 268435456, 256MiB or 1GiB)");
+  };
+  size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  if (digits == 0) throw bad("expected a whole number of bytes");
+  const std::string suffix = text.substr(digits);
+  int shift = 0;
+  if (suffix == "KiB") shift = 10;
+  else if (suffix == "MiB") shift = 20;
+  else if (suffix == "GiB") shift = 30;
+  else if (suffix == "TiB") shift = 40;
+  else if (!suffix.empty()) throw bad("unknown unit");
+  if (digits > 19) throw bad("too large");
+  const unsigned long long n = std::stoull(text.substr(0, digits));
+  if (n == 0) throw bad("must be at least 1");
+  if (n > (std::numeric_limits<uint64_t>::max() >> shift)) throw bad("too large");
+  return static_cast<uint64_t>(n) << shift;
+}
+
+uint64_t bytes(const char* name, uint64_t fallback) {
+  const auto v = raw(name);
+  return v ? parse_bytes(*v, name) : fallback;
+}
+
+std::string choice(const char* name, const char* fallback, std::initializer_list<const char*> allowed) {
+  const auto v = raw(name);
+  if (!v) return fallback;
+  std::string list;
+  for (const char* a : allowed) {
+    if (*v == a) return *v;
+    list += (list.empty() ? "" : ", ") + std::string(a);
+  }
+  throw std::invalid_argument(std::string(name) + "=" + quoted(*v) + ": expected one of " + list);
+}
+
+std::string text(const char* name, const char* fallback) {
+  const auto v = raw(name);
+  return v ? *v : std::string(fallback);
+}
+
+}  // namespace neuronrt::config

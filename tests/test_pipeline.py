@@ -1,0 +1,278 @@
+"""The op pipeline: how ops run (async, sync, copy), what they count, what explain() says, and the
+corrections the overrides table makes where the CPU kernel and its meta kernel disagree."""
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_neuronx
+from conftest import run_python
+
+N = "neuron"
+
+
+def counts(op):
+    return torch_neuronx.op_counts().get(op, {"async": 0, "sync": 0, "copy": 0})
+
+
+def test_boxed_op_is_async_from_its_first_call():
+    x, idx = torch.randn(64, 8), torch.tensor([3, 0, 5])
+    xn, idxn = x.to(N), idx.to(N)
+    torch.neuron.synchronize()
+    torch_neuronx.reset_op_counts()
+    torch.neuron._sleep(300)
+    y = torch.index_select(xn, 0, idxn)
+    assert not torch.neuron.current_stream().query()  # returned while the stream is busy
+    torch.testing.assert_close(y.cpu(), torch.index_select(x, 0, idx))
+    assert counts("aten::index_select") == {"async": 1, "sync": 0, "copy": 0}
+
+
+def test_value_dependent_shapes_run_sync_and_say_why():
+    x = torch.randn(6, 5)
+    torch_neuronx.reset_op_counts()
+    torch.neuron._sleep(100)
+    nz = torch.nonzero(x.to(N) > 0)
+    assert torch.neuron.current_stream().query()  # nonzero had to wait for its input
+    torch.testing.assert_close(nz.cpu(), torch.nonzero(x > 0))
+    c = torch_neuronx.op_counts(reasons=True)["aten::nonzero"]
+    assert c["sync"] == 1 and "depends on tensor values" in next(iter(c["reasons"]["sync"]))
+    assert "sync (boxed): its output shape or value depends on tensor values" in torch_neuronx.explain("aten::nonzero")
+    torch.testing.assert_close(x.to(N)[x.to(N) > 0].cpu(), x[x > 0])
+
+
+def test_explain_names_the_path_of_every_kind_of_op():
+    assert "typed kernel" in torch_neuronx.explain("aten::add.Tensor")
+    assert "async (boxed)" in torch_neuronx.explain("aten::index_select") and "index_select.out" in \
+        torch_neuronx.explain("aten::index_select")
+    assert "composite" in torch_neuronx.explain("aten::linear")
+    assert "transfer" in torch_neuronx.explain("aten::copy_")
+    assert "taken at the device" not in torch_neuronx.explain("aten::relu")
+    assert "the CPU keeps mean/rstd" in torch_neuronx.explain("aten::native_layer_norm")
+    with pytest.raises(ValueError, match="no operator named"):
+        torch_neuronx.explain("aten::no_such_op")
+
+
+def test_op_counts_shape_and_reset():
+    torch_neuronx.reset_op_counts()
+    a = torch.ones(3, device=N)
+    (a + a).relu()
+    c = torch_neuronx.op_counts()
+    assert c["aten::add.Tensor"] == {"async": 1, "sync": 0, "copy": 0}
+    assert c["aten::relu"]["async"] == 1
+    torch_neuronx.reset_op_counts()
+    assert torch_neuronx.op_counts() == {}
+    assert "total" in torch_neuronx.op_report()
+
+
+def test_deprecated_names_are_views_of_op_counts():
+    torch_neuronx.reset_fallback_ops()
+    torch.nonzero(torch.ones(3, device=N))
+    assert torch_neuronx.get_generic_ops() == {"aten::nonzero": 1}
+    assert torch_neuronx.get_fallback_ops() == {}
+    assert torch_neuronx.get_queued_ops().get("aten::fill_.Scalar", 0) >= 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_model_ops_match_cpu_and_are_async(dtype):
+    torch_neuronx.reset_op_counts()
+    a, b = torch.randn(4, 6, dtype=dtype), torch.randn(3, 6, dtype=dtype)
+    an, bn = a.to(N), b.to(N)
+    for _ in range(2):
+        torch.testing.assert_close(torch.cat([an, bn]).cpu(), torch.cat([a, b]), rtol=0, atol=0)
+        torch.testing.assert_close(torch.where(an > 0, an, bn[:1]).cpu(), torch.where(a > 0, a, b[:1]))
+        torch.testing.assert_close(torch.arange(2, 11, 3, device=N).cpu(), torch.arange(2, 11, 3))
+        for w in (torch.randn(6, dtype=dtype), torch.randn(6)):  # same dtype, and float weights
+            got = torch.native_layer_norm(an, (6,), w.to(N), w.to(N), 1e-5)
+            want = torch.native_layer_norm(a, (6,), w, w, 1e-5)
+            for g, e in zip(got, want):
+                assert g.dtype == e.dtype
+                torch.testing.assert_close(g.cpu(), e)
+    assert all(c["sync"] == 0 and c["copy"] == 0 for c in torch_neuronx.op_counts().values())
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_batch_norm_statistics_follow_the_cpu(training):
+    x = torch.randn(3, 2, 4, dtype=torch.bfloat16)
+    rm, rv, w, b = (torch.zeros(2), torch.ones(2), torch.randn(2), torch.randn(2))
+    for params in ((w, b, rm, rv), tuple(t.bfloat16() for t in (w, b, rm, rv))):
+        dev = [t.to(N) for t in params]
+        got = torch.native_batch_norm(x.to(N), *dev, training, 0.1, 1e-5)
+        want = torch.native_batch_norm(x, *[t.clone() for t in params], training, 0.1, 1e-5)
+        for g, e in zip(got, want):
+            assert (g.shape, g.dtype) == (e.shape, e.dtype)
+            torch.testing.assert_close(g.cpu(), e)
+
+
+def test_out_kernels_that_use_their_output_as_scratch():
+    x, t = torch.randn(5, 7), torch.randn(5, 7)
+    for _ in range(2):
+        torch.testing.assert_close(F.huber_loss(x.to(N), t.to(N)).cpu(), F.huber_loss(x, t))
+        torch.testing.assert_close(F.binary_cross_entropy(x.sigmoid().to(N), t.sigmoid().to(N)).cpu(),
+                                   F.binary_cross_entropy(x.sigmoid(), t.sigmoid()))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the CPU kernel's scratch resize must not leak a warning
+            torch.testing.assert_close(F.mse_loss(x.to(N), t.to(N)).cpu(), F.mse_loss(x, t))
+            torch.ones(1, device=N).add_(1)
+
+
+def test_out_variants_resize_keep_the_cpu_layout_and_warn_every_time():
+    x = torch.randn(2, 1, 2, 2).to(memory_format=torch.channels_last)
+    for _ in range(2):
+        o, oc = torch.empty(0, device=N), torch.empty(0)
+        torch.cat([x.to(N), x.to(N)], dim=1, out=o)
+        torch.cat([x, x], dim=1, out=oc)
+        assert o.stride() == oc.stride()
+        torch.testing.assert_close(o.cpu(), oc)
+    for _ in range(3):  # a non-empty out= tensor of another shape warns on every call, as on CPU
+        with pytest.warns(UserWarning, match="was resized"):
+            torch.acos(torch.rand(4, device=N), out=torch.empty(2, device=N))
+    v, i = torch.empty(0, device=N), torch.empty(0, dtype=torch.long, device=N)
+    m = torch.randint(0, 3, (4, 6)).float()
+    torch.mode(m.to(N), 1, out=(v, i))
+    torch.testing.assert_close(v.cpu(), torch.mode(m, 1).values)
+
+
+def test_kernel_errors_keep_their_kind_at_the_sync():
+    x = torch.randn(4, 3, device=N)
+    ok = torch.tensor([1], device=N)
+    torch.index_select(x, 0, torch.tensor([9], device=N))  # only the kernel sees the bad index
+    with pytest.raises(IndexError, match="index_select.*index out of range"):
+        torch.neuron.synchronize()
+    torch.testing.assert_close(torch.index_select(x, 0, ok).cpu(), x.cpu()[1:2])
+    torch.zeros(4, device=N).index_copy_(0, torch.tensor([7], device=N), torch.ones(1, device=N))
+    with pytest.raises(IndexError, match="index_copy"):
+        torch.neuron.synchronize()
+
+
+def test_argument_errors_raise_at_the_call():
+    a, b = torch.randn(2, 3, device=N), torch.randn(2, 4, device=N)
+    with pytest.raises(RuntimeError, match="Sizes of tensors must match"):
+        torch.cat([a, b])
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.where(a > 0, a, torch.randn(2, 3))
+
+
+def test_host_index_tensors_move_to_the_device():
+    x = torch.randn(5, 4)
+    idx = torch.tensor([4, 0, 2])
+    torch.testing.assert_close(x.to(N)[idx].cpu(), x[idx])
+    y = x.to(N)
+    y[idx] = torch.zeros(3, 4, device=N)
+    x[idx] = 0
+    torch.testing.assert_close(y.cpu(), x)
+
+
+def test_attention_is_async_and_exact():
+    q, k, v = (torch.randn(2, 3, 5, 8, requires_grad=True) for _ in range(3))
+    qn, kn, vn = (t.detach().to(N).requires_grad_() for t in (q, k, v))
+    torch_neuronx.reset_op_counts()
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    outn = F.scaled_dot_product_attention(qn, kn, vn, is_causal=True)
+    out.sum().backward()
+    outn.sum().backward()
+    torch.testing.assert_close(outn.cpu(), out, rtol=0, atol=0)
+    for a, b in ((q, qn), (k, kn), (v, vn)):
+        torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=0, atol=0)
+    c = torch_neuronx.op_counts()
+    assert c["aten::_scaled_dot_product_flash_attention_for_cpu"] == {"async": 1, "sync": 0, "copy": 0}
+    assert c["aten::_scaled_dot_product_flash_attention_for_cpu_backward"]["async"] == 1
+
+
+def test_random_ops_are_async_and_follow_the_seed():
+    torch.neuron.manual_seed(7)
+    torch.neuron.synchronize()
+    torch_neuronx.reset_op_counts()
+    torch.neuron._sleep(200)
+    a = torch.randn(1000, device=N)
+    g = torch.Generator(device=N).manual_seed(3)
+    b = torch.empty(50, device=N).uniform_(generator=g)
+    assert not torch.neuron.current_stream().query()
+    torch.neuron.manual_seed(7)
+    torch.testing.assert_close(torch.randn(1000, device=N).cpu(), a.cpu())
+    torch.testing.assert_close(torch.empty(50, device=N).uniform_(generator=torch.Generator(device=N).manual_seed(3)).cpu(),
+                               b.cpu())
+    assert 0.9 < a.std().item() < 1.1
+    c = torch_neuronx.op_counts()
+    assert c["aten::normal_"]["sync"] == 0 and c["aten::uniform_"]["sync"] == 0
+
+
+def test_fused_adamw_and_convolution_are_async():
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 4, 3)
+    model = torch.nn.Sequential(conv, torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 2))
+    ref = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 2))
+    ref.load_state_dict(model.state_dict())
+    model.to(N)
+    x = torch.randn(2, 3, 8, 8)
+    losses = []
+    for m, dev in ((ref, "cpu"), (model, N)):
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2, fused=True)
+        torch_neuronx.reset_op_counts()
+        for _ in range(3):
+            loss = m(x.to(dev)).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        losses.append(loss.item())
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-4, atol=1e-5)
+    c = torch_neuronx.op_counts()
+    for op in ("aten::_fused_adamw_", "aten::convolution", "aten::convolution_backward"):
+        assert c[op]["async"] >= 3 and c[op]["sync"] == 0, (op, c[op])
+
+
+def test_integer_histc_counts_like_cuda():
+    ids = torch.randint(0, 8, (64,), dtype=torch.int32)
+    got = torch.histc(ids.to(N), bins=8, min=0, max=7)
+    assert got.dtype == torch.int32
+    torch.testing.assert_close(got.cpu(), torch.histc(ids.float(), bins=8, min=0, max=7).int())
+    torch.testing.assert_close(torch.histc(ids.to(N).long(), bins=4).cpu(),
+                               torch.histc(ids.float(), bins=4).long())
+    x = torch.randn(100)
+    torch.testing.assert_close(torch.histc(x.to(N), bins=5, min=-1, max=1).cpu(), torch.histc(x, bins=5, min=-1, max=1))
+    with pytest.raises(RuntimeError, match="bins must be > 0"):
+        torch.histc(ids.to(N), bins=0)
+
+
+def test_kernel_warnings_reach_python():
+    x = torch.randn(1, 3, device=N)
+    with pytest.warns(UserWarning, match="degrees of freedom"):
+        x.std(0)
+        torch.neuron.synchronize()
+        torch.ones(1, device=N).add_(1)  # the next call raises what the kernel warned
+
+
+def test_policy_setting_forces_a_copy_and_fallback_setting_is_obeyed():
+    code = ("import warnings, torch, torch_neuronx\n"
+            "x = torch.rand(8) + 0.5\n"
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always')\n"
+            "    y = torch.lgamma(x.to('neuron'))\n"
+            "torch.testing.assert_close(y.cpu(), torch.lgamma(x))\n"
+            "print(any('falls back to the CPU' in str(m.message) for m in w), "
+            "torch_neuronx.op_counts()['aten::lgamma.out']['copy'], 'TORCH_NEURONX_OP_POLICY' in "
+            "torch_neuronx.explain('aten::lgamma'))\n")
+    r = run_python(code, {"TORCH_NEURONX_OP_POLICY": "aten::lgamma=copy"})
+    assert r.stdout.split() == ["True", "1", "True"], r.stderr
+    r = run_python(code, {"TORCH_NEURONX_FORCE_FALLBACK": "aten::lgamma"})  # the deprecated alias
+    assert r.stdout.split()[1] == "1", r.stderr
+    r = run_python("import torch\ntorch.lgamma(torch.rand(3, device='neuron'))",
+                   {"TORCH_NEURONX_FALLBACK": "error", "TORCH_NEURONX_OP_POLICY": "aten::lgamma=copy"})
+    assert r.returncode != 0 and "TORCH_NEURONX_FALLBACK=error" in r.stderr
+    r = run_python("import torch\ntorch.lgamma(torch.rand(3, device='neuron'))",
+                   {"TORCH_NEURONX_OP_POLICY": "aten::lgamma=fast"})
+    assert r.returncode != 0 and "TORCH_NEURONX_OP_POLICY" in r.stderr and "fast" in r.stderr
+
+
+def test_a_kernel_that_disagrees_with_its_meta_fails_loudly():
+    # A custom op whose CPU kernel returns another shape than its meta kernel says.
+    lib = torch.library.Library("neuron_test", "DEF")
+    lib.define("widen(Tensor x) -> Tensor")
+    lib.impl("widen", lambda x: torch.cat([x, x]), "CPU")
+    lib.impl("widen", lambda x: torch.empty_like(x), "Meta")
+    try:
+        torch.ops.neuron_test.widen(torch.ones(3, device=N))
+        with pytest.raises(RuntimeError, match="disagreed with its meta kernel.*op_policy.cpp"):
+            torch.neuron.synchronize()
+    finally:
+        lib._destroy()
