@@ -41,11 +41,3 @@ def test_transformer_matches_cpu():
     neuron = train(lm, data, "neuron", steps=10)
     torch.testing.assert_close(neuron, cpu, rtol=1e-4, atol=1e-4)
     assert neuron[-1] < neuron[0]
-
-
-def test_demo_runs_without_fallback():
-    from torch_neuronx.demo import main
-
-    loss, fallback = main(["--steps", "30"])
-    assert fallback == {}
-    assert loss < 3.5

@@ -105,7 +105,7 @@ def main(argv=None):
     print(f"TinyLM: {params / 1e6:.2f}M parameters, vocab {len(chars)}, on {device}"
           + (f" ({torch.neuron.get_device_name(device)})" if device.type == "neuron" else ""))
     if device.type == "neuron":
-        torch_neuronx.reset_fallback_ops()
+        torch_neuronx.reset_op_counts()
 
     tokens = 0
     t0 = time.perf_counter()
@@ -134,14 +134,14 @@ def main(argv=None):
     if device.type == "neuron":
         torch.neuron.synchronize()
         print(torch.neuron.memory_summary(device))
-        fallback = torch_neuronx.get_fallback_ops()
-        generic = torch_neuronx.get_generic_ops()
-        print(f"CPU fallbacks: {sum(fallback.values())} {fallback if fallback else ''}")
-        queued = torch_neuronx.get_queued_ops()
-        print(f"ops queued through meta + CPU kernels (asynchronous): {sum(queued.values())} calls of {len(queued)} ops")
-        print(f"generic in-place ops (synchronous, no copy): {sum(generic.values())} calls of {len(generic)} ops"
-              f" {generic if generic else ''}")
-        return loss_val, fallback
+        counts = torch_neuronx.op_counts(reasons=True)
+        total = {m: sum(c[m] for c in counts.values()) for m in ("async", "sync", "copy")}
+        print(f"op calls on the device: {total['async']} async, {total['sync']} sync, {total['copy']} CPU fallbacks "
+              f"(copies), over {len(counts)} ops")
+        for name, c in counts.items():
+            if c["sync"] or c["copy"]:
+                print(f"  {name}: {c}")
+        return loss_val, counts
     return loss_val, {}
 
 

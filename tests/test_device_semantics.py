@@ -1,0 +1,83 @@
+"""Device behaviours users rely on, each against CPU/CUDA semantics: parameters keep their identity
+across .to(), errors keep their kind, CUDA's dtype support where models depend on it."""
+import os
+
+import pytest
+import torch
+
+import torch_neuronx  # noqa: F401
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+N = "neuron"
+
+
+def test_module_to_keeps_parameter_objects():
+    m = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    params = list(m.parameters())
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)  # made before the move, as accelerate does
+    m.to(N)
+    assert all(a is b for a, b in zip(m.parameters(), params))
+    assert all(p.device.type == "neuron" for p in params) and m[1].running_mean.device.type == "neuron"
+    m(torch.randn(5, 3, device=N)).sum().backward()
+    before = params[0].detach().cpu().clone()
+    opt.step()
+    assert not torch.equal(params[0].detach().cpu(), before)  # the optimizer trains the moved parameters
+    m.to("cpu")
+    assert all(a is b for a, b in zip(m.parameters(), params)) and params[0].device.type == "cpu"
+
+
+def _accelerate_losses(device_placement):
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+    from accelerate.utils import set_seed
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    set_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 1))
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-2)  # the usual order: optimizer, then prepare
+    g = torch.Generator().manual_seed(1)
+    xs = [torch.randn(4, 8, generator=g) for _ in range(4)]
+    data = [(x, x.sum(1, keepdim=True) * 0.5) for x in xs]
+    loader = torch.utils.data.DataLoader(data, batch_size=None)
+    acc = Accelerator(cpu=device_placement == "cpu")
+    model, opt, loader = acc.prepare(model, opt, loader)
+    losses = []
+    for _ in range(3):
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            acc.backward(loss)
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+    device = acc.device
+    AcceleratorState._reset_state(reset_partial_state=True)
+    return device, losses
+
+
+def test_accelerate_prepare_loop_trains_like_cpu():
+    device, losses = _accelerate_losses("neuron")
+    assert device.type == "neuron"
+    _, cpu_losses = _accelerate_losses("cpu")
+    torch.testing.assert_close(losses, cpu_losses, rtol=1e-4, atol=1e-5)
+    assert sum(losses[-4:]) < sum(losses[:4]) * 0.75  # it learns: the optimizer holds the moved parameters
+
+
+def test_errors_keep_their_kind():
+    x = torch.randn(4, 3, device=N)
+    torch.gather(x, 0, torch.tensor([[5, 0, 0]], device=N))  # an index only the kernel sees
+    with pytest.raises(RuntimeError, match="gather"):
+        torch.neuron.synchronize()
+    torch.index_select(x, 0, torch.tensor([9], device=N))
+    with pytest.raises(IndexError):
+        torch.neuron.synchronize()
+    # NotImplementedError stays one: a kernel without the dtype, seen only when it runs.
+    torch.linalg.svd(torch.randn(3, 3, device=N, dtype=torch.bfloat16))
+    with pytest.raises(NotImplementedError, match="BFloat16"):
+        torch.neuron.synchronize()
+    assert (x + 1).shape == (4, 3)  # the device is still usable
+
+
+def test_moe_token_counting_with_integer_histc():
+    ids = torch.tensor([[0, 3], [3, 1], [2, 3]], dtype=torch.int64).flatten()
+    counts = torch.histc(ids.to(N).int(), bins=4, min=0, max=3)
+    assert counts.tolist() == [1, 1, 1, 3]
