@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "aten/fast_elementwise.h"
 #include "core/storage.h"
 #include "exec/device_check.h"
 #include "exec/executor.h"
@@ -197,6 +198,9 @@ std::array<at::Tensor, N> structured_functional(OpRecord& rec, Kernel kernel, co
   if constexpr (N == 1 && SameShapeElementwise<Meta>::value) {
     if (const at::Tensor* like = same_shape_call(args...)) {
       std::array<at::Tensor, 1> out{empty_neuron(like->sizes(), like->scalar_type(), like->device().index())};
+      if constexpr (FastElementwise<Meta>::value) {
+        if (FastElementwise<Meta>::launch(rec, out[0], args...)) return out;
+      }
       queue_kernel<1>(like->device().index(), rec, kernel, out, args...);
       return out;
     }

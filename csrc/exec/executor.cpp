@@ -1,5 +1,6 @@
 #include "exec/executor.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/util/Exception.h>
 
@@ -7,6 +8,8 @@
 #include <vector>
 
 #include "exec/kernel_alloc.h"
+
+extern "C" void omp_set_num_threads(int);
 
 namespace torch_neuronx {
 namespace {
@@ -33,13 +36,30 @@ WorkerWarnings& worker_warnings() {
   return *w;
 }
 
+// The software NeuronCore's engines are the host's cores, and the host's thread needs one of them
+// while it runs Python. A kernel team as wide as every core would wait on that thread at each
+// barrier, so a kernel uses every core only while the host waits for the device, and one fewer
+// otherwise (at least one).
+int g_cores = 0;
+void size_kernel_team() {
+  thread_local int width = 0;
+  const int want = neuronrt::Queue::host_threads_waiting() > 0 ? g_cores : std::max(1, g_cores - 1);
+  if (want != width) {
+    omp_set_num_threads(want);
+    width = want;
+  }
+}
+
 // Kernels on queue workers call ATen on CPU views below autograd, like the op that queued them,
 // and their warnings wait for the user's thread.
 struct WorkerSetup {
   WorkerSetup() {
+    g_cores = std::max(1, at::get_num_threads());
+    neuronrt::Queue::set_task_prologue(&size_kernel_team);
     neuronrt::Queue::set_thread_init_hook([] {
       static thread_local at::AutoDispatchBelowADInplaceOrView below;
       c10::WarningUtils::set_warning_handler(&worker_warnings());
+      at::internal::lazy_init_num_threads();
     });
   }
 } worker_setup;

@@ -422,6 +422,7 @@ std::string explain(const std::string& name) {
     if (r) {
       out << ". Calls: async " << r->calls[0].load() << ", sync " << r->calls[1].load() << ", copy "
           << r->calls[2].load();
+      if (!r->typed) out << " (meta kernel asked " << r->meta_calls.load() << " times)";
       for (Mode m : {Mode::kSync, Mode::kCopy}) {
         for (const auto& [why, n] : r->call_reasons(m)) out << "; " << n << " " << mode_name(m) << " because " << why;
       }

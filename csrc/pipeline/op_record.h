@@ -40,6 +40,7 @@ struct OpRecord {
   std::optional<c10::OperatorHandle> out_op;  // the CPU out= kernel the task runs, if any
   std::vector<int> return_arg;                // per return: the argument it aliases, or -1 (fresh)
   std::atomic<bool> no_meta{false};           // its meta kernel turned out to be missing
+  std::atomic<int64_t> meta_calls{0};         // times its meta kernel ran (the rest were cached answers)
   MetaRule rule = nullptr;                    // corrects meta's answer (op_policy.cpp)
   bool contiguous_outputs = false;            // fresh outputs are contiguous, whatever meta says
   // For an out= op: the functional overload, whose result layout an out= tensor takes when it is

@@ -191,6 +191,7 @@ bool ask_meta(const c10::OperatorHandle& op, OpRecord& rec, const c10::IValue* a
   meta.reserve(nargs);
   for (size_t i = 0; i < nargs; ++i) meta.push_back(mirror(args[i]));
   const torch::jit::Stack mirrors = meta;  // the kernel consumes its stack; out= mirrors are resized in place
+  rec.meta_calls.fetch_add(1, std::memory_order_relaxed);
   try {
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
   } catch (const c10::NotImplementedError&) {

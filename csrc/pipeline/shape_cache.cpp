@@ -78,6 +78,11 @@ void ShapeKey::add_value(const c10::IValue& v) {
     add(6);
     add(static_cast<int64_t>(l.size()));
     for (double x : l) add(bits_of(x));
+  } else if (v.isList()) {  // bool[], int?[], ... (tensor lists are keyed by the caller)
+    const auto l = v.toListRef();
+    add(9);
+    add(static_cast<int64_t>(l.size()));
+    for (const auto& x : l) add_value(x);
   } else if (v.isString()) {
     const std::string& str = v.toStringRef();
     add(7);

@@ -65,6 +65,13 @@ PYBIND11_MODULE(_C, m) {
     out["profile"] = rt.topology().profile->name;
     return out;
   });
+  m.def("_set_task_timing", [](bool on) { neuronrt::Queue::set_timing(on); });
+  m.def("_reset_task_times", [] { neuronrt::Queue::reset_task_times(); });
+  m.def("_task_times", [] {
+    py::dict out;
+    for (const auto& [name, t] : neuronrt::Queue::task_times()) out[py::str(name)] = py::make_tuple(t.count, t.ns);
+    return out;
+  });
   m.def("_transfer_stats", [] {
     py::dict out;
     auto& c = runtime().counters();

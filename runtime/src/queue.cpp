@@ -1,6 +1,7 @@
 #include "neuronrt/queue.h"
 
 #include <chrono>
+#include <map>
 #include <stdexcept>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -19,6 +20,26 @@ std::function<void()>& thread_init_hook() {
 }
 
 thread_local Queue* tls_current = nullptr;
+
+std::atomic<bool> g_timing{false};
+std::atomic<int> g_host_waiting{0};
+void (*g_prologue)() = nullptr;
+
+// Counts the calling thread as a waiting host thread for its scope (workers are not counted).
+struct HostWaiting {
+  bool host = tls_current == nullptr;
+  HostWaiting() {
+    if (host) g_host_waiting.fetch_add(1, std::memory_order_relaxed);
+  }
+  ~HostWaiting() {
+    if (host) g_host_waiting.fetch_sub(1, std::memory_order_relaxed);
+  }
+};
+std::mutex g_times_mu;
+std::map<const char*, Queue::TaskTime>& g_times() {  // by name pointer (names outlive tasks)
+  static auto* m = new std::map<const char*, Queue::TaskTime>();
+  return *m;
+}
 
 std::string describe(const std::exception_ptr& e) {
   try {
@@ -47,6 +68,30 @@ constexpr auto kWaitSpin = std::chrono::microseconds(20);
 void Queue::set_thread_init_hook(std::function<void()> hook) { thread_init_hook() = std::move(hook); }
 
 Queue* Queue::current() { return tls_current; }
+
+void Queue::set_task_prologue(void (*prologue)()) { g_prologue = prologue; }
+
+int Queue::host_threads_waiting() { return g_host_waiting.load(std::memory_order_relaxed); }
+
+void Queue::set_timing(bool on) { g_timing.store(on, std::memory_order_relaxed); }
+
+std::vector<std::pair<std::string, Queue::TaskTime>> Queue::task_times() {
+  std::map<std::string, TaskTime> merged;
+  {
+    std::lock_guard<std::mutex> lock(g_times_mu);
+    for (const auto& [name, t] : g_times()) {
+      auto& m = merged[name ? name : "?"];
+      m.count += t.count;
+      m.ns += t.ns;
+    }
+  }
+  return {merged.begin(), merged.end()};
+}
+
+void Queue::reset_task_times() {
+  std::lock_guard<std::mutex> lock(g_times_mu);
+  g_times().clear();
+}
 
 Queue::Queue(QueueOptions options) : opts_(std::move(options)), slots_(kSlots) {
   worker_ = std::thread([this] { worker_loop(); });
@@ -141,6 +186,9 @@ void Queue::worker_loop() {
 }
 
 void Queue::run_task(Slot& slot, uint64_t seq) {
+  const bool timing = g_timing.load(std::memory_order_relaxed);
+  const int64_t start = timing ? now_ns() : 0;
+  if (g_prologue) g_prologue();
   try {
     if (opts_.enter) opts_.enter();
     slot.call(slot.storage);
@@ -151,6 +199,13 @@ void Queue::run_task(Slot& slot, uint64_t seq) {
   }
   // Captures are released before the task counts as done.
   slot.destroy(slot.storage);
+  if (timing) {
+    const int64_t took = now_ns() - start;
+    std::lock_guard<std::mutex> lock(g_times_mu);
+    auto& t = g_times()[slot.name];
+    t.count++;
+    t.ns += static_cast<uint64_t>(took);
+  }
 }
 
 void Queue::record_error(uint64_t seq, const char* name, std::exception_ptr error) {
@@ -185,6 +240,7 @@ void Queue::raise_error_through(uint64_t seq) {
 
 void Queue::wait_for(uint64_t seq) const {
   if (is_complete(seq)) return;
+  HostWaiting counted;
   const auto until = std::chrono::steady_clock::now() + kWaitSpin;
   while (std::chrono::steady_clock::now() < until) {
     if (is_complete(seq)) return;
@@ -200,6 +256,7 @@ void Queue::wait_for(uint64_t seq) const {
 
 bool Queue::wait_for(uint64_t seq, std::chrono::microseconds timeout) const {
   if (is_complete(seq)) return true;
+  HostWaiting counted;
   waiters_.fetch_add(1, std::memory_order_seq_cst);
   bool done;
   {

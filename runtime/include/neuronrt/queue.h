@@ -100,6 +100,22 @@ class Queue {
   // thread-local state there).
   static void set_thread_init_hook(std::function<void()> hook);
 
+  // Called on the worker before each task (the torch layer sizes the kernel's thread team there).
+  static void set_task_prologue(void (*prologue)());
+  // How many threads other than queue workers are waiting for a queue right now: while the host
+  // waits, a kernel may use every core; while it runs Python, one core is the host's.
+  static int host_threads_waiting();
+
+  // Task timing, for profiling: when on, every queue adds each task's run time to its name's
+  // total. Off by default (it costs two clock reads per task).
+  struct TaskTime {
+    uint64_t count = 0;
+    uint64_t ns = 0;
+  };
+  static void set_timing(bool on);
+  static std::vector<std::pair<std::string, TaskTime>> task_times();  // summed over queues
+  static void reset_task_times();
+
  private:
   struct Slot {
     alignas(std::max_align_t) unsigned char storage[kInlineBytes];

@@ -1,0 +1,149 @@
+"""End-to-end eager speed, neuron ÷ CPU eager, measured side by side in one run.
+
+Workloads (issue #7 targets ≥ 1.5× each): the demo's model training, a tiny Hugging Face Llama
+training step (forward + backward + fused AdamW), 32-token greedy `generate` with it, and a
+diffusers UNet2D training step. CPU and neuron alternate rounds and the best round of each counts,
+so drift in a shared machine's load hits both alike. Also prints each workload's op counts on
+neuron (async / sync / copy). Run on a quiet machine: `make bench-e2e`.
+"""
+import argparse
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+
+import torch_neuronx
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def sync(device):
+    if device == "neuron":
+        torch.neuron.synchronize()
+
+
+def demo_training(device):
+    from torch_neuronx.demo import TEXT, TinyLM
+
+    torch.manual_seed(0)
+    chars = sorted(set(TEXT))
+    model = TinyLM(len(chars)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, foreach=True)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, len(chars), (16, 64), generator=g).to(device)
+    y = torch.randint(0, len(chars), (16, 64), generator=g).to(device)
+
+    def step():
+        logits = model(x)
+        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return step, 16 * 64, "tokens"
+
+
+SIZE = {"hidden": 64, "layers": 2, "batch": 2, "seq": 32, "image": 16}
+
+
+def tiny_llama(device):
+    import transformers
+
+    h = SIZE["hidden"]
+    cfg = transformers.LlamaConfig(vocab_size=512, hidden_size=h, intermediate_size=2 * h, num_hidden_layers=SIZE["layers"],
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(cfg).to(device)
+
+
+def llama_training(device):
+    model = tiny_llama(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    b, t = SIZE["batch"], SIZE["seq"]
+    ids = torch.randint(0, 512, (b, t), generator=torch.Generator().manual_seed(1)).to(device)
+
+    def step():
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return step, b * t, "tokens"
+
+
+def llama_generate(device):
+    model = tiny_llama(device).eval()
+    ids = torch.randint(0, 512, (1, 16), generator=torch.Generator().manual_seed(2)).to(device)
+
+    def step():
+        model.generate(ids, max_new_tokens=32, min_new_tokens=32, do_sample=False)
+    return step, 32, "tokens"
+
+
+def unet_training(device):
+    from diffusers import DDPMScheduler, UNet2DModel
+
+    torch.manual_seed(0)
+    s = SIZE["image"]
+    model = UNet2DModel(sample_size=s, in_channels=3, out_channels=3, block_out_channels=(32, 64), layers_per_block=1,
+                        down_block_types=("DownBlock2D", "AttnDownBlock2D"), up_block_types=("AttnUpBlock2D", "UpBlock2D"),
+                        norm_num_groups=8).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sched = DDPMScheduler(num_train_timesteps=100)
+    g = torch.Generator().manual_seed(3)
+    b = SIZE["batch"]
+    x, noise = torch.randn(b, 3, s, s, generator=g).to(device), torch.randn(b, 3, s, s, generator=g).to(device)
+    t = torch.randint(0, 100, (b,), generator=g).to(device)
+
+    def step():
+        loss = F.mse_loss(model(sched.add_noise(x, noise, t), t).sample, noise)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return step, b, "images"
+
+
+WORKLOADS = {"demo model training": demo_training, "tiny Llama training step": llama_training,
+             "tiny Llama generate 32 tokens": llama_generate, "UNet2D training step": unet_training}
+
+
+def timed(step, device, iters):
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        step()
+    sync(device)
+    return (time.perf_counter() - t0) / iters
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--size", choices=["tiny", "small"], default="tiny",
+                   help="tiny: the test models (host overhead dominates); small: 2x wider, 4 layers, 4x64 tokens, "
+                        "32px images (kernel time dominates)")
+    args = p.parse_args()
+    if args.size == "small":
+        SIZE.update(hidden=128, layers=4, batch=4, seq=64, image=32)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; neuron = {torch.neuron.get_device_name()}")
+    print(f"size {args.size} {SIZE}; best of {args.rounds} alternating rounds of {args.iters} steps\n")
+    print(f"{'workload':<32}{'cpu /s':>12}{'neuron /s':>12}{'speed-up':>10}  {'unit':<8}target >= 1.5   neuron op calls")
+    for name, make in WORKLOADS.items():
+        steps = {d: make(d) for d in ("cpu", "neuron")}
+        for d, (step, _, _) in steps.items():
+            timed(step, d, 1)  # warm-up: first calls, caches
+        torch_neuronx.reset_op_counts()
+        timed(steps["neuron"][0], "neuron", 1)
+        counts = torch_neuronx.op_counts()
+        calls = {m: sum(c[m] for c in counts.values()) for m in ("async", "sync", "copy")}
+        best = {d: float("inf") for d in steps}
+        for _ in range(args.rounds):
+            for d, (step, _, _) in steps.items():
+                best[d] = min(best[d], timed(step, d, args.iters))
+        per, unit = steps["cpu"][1], steps["cpu"][2]
+        cpu_rate, neuron_rate = per / best["cpu"], per / best["neuron"]
+        print(f"{name:<32}{cpu_rate:>12,.0f}{neuron_rate:>12,.0f}{neuron_rate / cpu_rate:>9.2f}x  {unit:<8}"
+              f"               {calls['async']} async, {calls['sync']} sync, {calls['copy']} copy")
+
+
+if __name__ == "__main__":
+    main()
