@@ -6,7 +6,7 @@ PIP     := $(VENV)/bin/pip
 STAMP   := $(VENV)/.requirements-stamp
 RT_BUILD := build/runtime-tests
 
-.PHONY: all sysdeps venv install runtime-tests test test-runtime test-python demo bench conformance clean
+.PHONY: all sysdeps venv install runtime-tests test test-runtime test-python demo bench bench-e2e conformance clean
 
 all: install
 
@@ -43,6 +43,9 @@ demo: install
 
 bench: install
 	$(PY) -P benchmarks/eager.py
+
+bench-e2e: install
+	$(PY) -P benchmarks/e2e.py
 
 # The whole OpInfo database on neuron against CPU (long; progress on stderr). Report in
 # conformance-report/; fails on a regression or a stale expected failure.

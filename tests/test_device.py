@@ -91,3 +91,32 @@ def test_fork_after_use_is_refused():
         "    os._exit(0 if torch.neuron._is_in_bad_fork() else 1)\n"
         "_, status = os.waitpid(pid, 0); print(os.waitstatus_to_exitcode(status))\n")
     assert r.stdout.strip() == "0", r.stderr
+
+
+def test_readme_lists_every_setting():
+    import pathlib
+
+    import torch_neuronx
+
+    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+    rows = [line for line in readme.splitlines() if line.startswith("| `")]
+    listed = [line.split("`")[1] for line in rows]
+    assert listed == [name for name, _, _ in torch_neuronx.config.settings()]
+
+
+@pytest.mark.parametrize("env,message", [
+    ({"TORCH_NEURONX_HBM_BYTES": "256MB"}, "TORCH_NEURONX_HBM_BYTES"),
+    ({"TORCH_NEURONX_HBM_BYTES": " 100"}, "TORCH_NEURONX_HBM_BYTES"),
+    ({"TORCH_NEURONX_CHIPS": "-1"}, "TORCH_NEURONX_CHIPS"),
+    ({"NEURON_LAUNCH_BLOCKING": "yes"}, "NEURON_LAUNCH_BLOCKING"),
+    ({"TORCH_NEURONX_FALLBACK": "loud", "TORCH_NEURONX_OP_POLICY": "aten::lgamma=copy"}, "TORCH_NEURONX_FALLBACK"),
+])
+def test_malformed_settings_are_errors_naming_the_variable(env, message):
+    r = run_python("import torch\ntorch.lgamma(torch.rand(3, device='neuron')).cpu()", env)
+    assert r.returncode != 0 and message in r.stderr, r.stderr[-500:]
+
+
+def test_byte_settings_take_units():
+    r = run_python("import torch; print(torch.neuron.get_device_properties(0).total_memory)",
+                   {"TORCH_NEURONX_HBM_BYTES": "256MiB"})
+    assert r.stdout.strip() == str(256 * 2**20), r.stderr

@@ -33,6 +33,14 @@ struct Captured {
   std::vector<int> output_counts;  // per fresh return: -1 a Tensor, else a Tensor[]'s length
 };
 
+// The next fresh return, from the flat list of outputs: a Tensor, or a Tensor[] of `count`.
+c10::IValue next_return(const std::vector<at::Tensor>& outs, size_t* k, int count) {
+  if (count < 0) return outs[(*k)++];
+  c10::List<at::Tensor> l;
+  for (int j = 0; j < count; ++j) l.push_back(outs[(*k)++]);
+  return l;
+}
+
 std::string layout_text(c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::ScalarType dtype) {
   std::ostringstream s;
   s << dtype << " sizes " << sizes << " strides " << strides;
@@ -93,15 +101,7 @@ void run_task(const c10::OperatorHandle& op, const OpRecord& rec, const Captured
     op.redispatchBoxed(cpu, &s);
   } else if (rec.out_op) {
     size_t k = 0;
-    for (int n : c.output_counts) {
-      if (n < 0) {
-        s.push_back(outs[k++]);
-      } else {
-        c10::List<at::Tensor> l;
-        for (int j = 0; j < n; ++j) l.push_back(outs[k++]);
-        s.push_back(std::move(l));
-      }
-    }
+    for (int n : c.output_counts) s.push_back(next_return(outs, &k, n));
     rec.out_op->redispatchBoxed(cpu, &s);
     for (size_t i = 0; i < outs.size(); ++i) check_left_as_allocated(rec, c.outputs[i], outs[i], "an output");
   } else {
@@ -372,14 +372,7 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
       results.push_back(args[rec.return_arg[r]]);
       continue;
     }
-    const int n = answer->output_counts[fresh++];
-    if (n < 0) {
-      results.push_back(outputs[k++]);
-    } else {
-      c10::List<at::Tensor> l;
-      for (int j = 0; j < n; ++j) l.push_back(outputs[k++]);
-      results.push_back(std::move(l));
-    }
+    results.push_back(next_return(outputs, &k, answer->output_counts[fresh++]));
   }
   launch(device, rec.name.c_str(), [op, &rec, c = std::move(c)] { run_task(op, rec, c); });
   rec.count(Mode::kAsync);
