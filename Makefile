@@ -5,8 +5,9 @@ PY      := $(VENV)/bin/python
 PIP     := $(VENV)/bin/pip
 STAMP   := $(VENV)/.requirements-stamp
 RT_BUILD := build/runtime-tests
+RT_CMAKE := -G Ninja -DNEURONX_BUILD_EXTENSION=OFF -DNEURONX_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all sysdeps venv install runtime-tests test test-runtime test-python demo bench bench-e2e conformance clean
+.PHONY: all sysdeps venv install runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e conformance clean
 
 all: install
 
@@ -33,10 +34,22 @@ runtime-tests: sysdeps
 test-runtime: runtime-tests
 	$(RT_BUILD)/runtime_tests --gtest_brief=1
 
+# The runtime's GoogleTest suite under AddressSanitizer + UndefinedBehaviorSanitizer, and under
+# ThreadSanitizer (the queues' memory orders). The runtime catches SIGSEGV itself (its sanitizer
+# mode), so ASan leaves that signal alone.
+test-runtime-sanitizers: sysdeps
+	cmake -S . -B build/runtime-asan $(RT_CMAKE) \
+	  "-DCMAKE_CXX_FLAGS=-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" >/dev/null
+	cmake --build build/runtime-asan
+	ASAN_OPTIONS=handle_segv=0:detect_leaks=0 build/runtime-asan/runtime_tests --gtest_brief=1
+	cmake -S . -B build/runtime-tsan $(RT_CMAKE) "-DCMAKE_CXX_FLAGS=-fsanitize=thread" >/dev/null
+	cmake --build build/runtime-tsan
+	TSAN_OPTIONS=halt_on_error=1 build/runtime-tsan/runtime_tests --gtest_brief=1
+
 test-python: install
 	$(VENV)/bin/pytest tests -q -x -p no:cacheprovider
 
-test: test-runtime test-python
+test: test-runtime test-runtime-sanitizers test-python
 
 demo: install
 	$(PY) -P -m torch_neuronx.demo

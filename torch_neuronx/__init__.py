@@ -22,6 +22,20 @@ except ImportError as e:  # pragma: no cover - a source checkout without a build
         "run Python with -P (or from another directory) so this source checkout does not shadow it."
     ) from e
 
+def _sanitizing() -> bool:
+    try:
+        return _C._config_flag("TORCH_NEURONX_SANITIZE")
+    except RuntimeError:
+        return False  # a malformed value is reported when the runtime starts
+
+
+if _sanitizing():
+    # A caught host access then also prints the Python stack of the thread that made it: the
+    # runtime's fault handler passes the fault on to faulthandler's, installed before it.
+    import faulthandler
+
+    faulthandler.enable()
+
 if torch._C._get_privateuse1_backend_name() != "neuron":
     torch.utils.rename_privateuse1_backend("neuron")
 
@@ -36,6 +50,17 @@ if not hasattr(torch, "neuron"):
 from . import _patches  # noqa: E402
 
 _patches.install()
+
+
+def _shutdown():
+    """At interpreter exit: waits for the devices, then stops and joins the queue workers before
+    any static destructor runs (a worker must never outlive what its tasks use)."""
+    _C._shutdown()
+
+
+import atexit  # noqa: E402
+
+atexit.register(_shutdown)
 
 from . import config  # noqa: E402,F401
 from .ops import (  # noqa: E402

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
@@ -24,41 +23,29 @@ from .memory import (  # noqa: F401  (re-exported as torch.neuron.*)
 )
 
 _device_t = Union[torch.device, str, int, None]
-_initialized_in_parent = False
-_in_bad_fork = False
-
-
-def _after_fork_in_child():
-    global _in_bad_fork
-    # The runtime's queue workers do not survive fork; a child must not use the parent's device.
-    _in_bad_fork = _initialized_in_parent
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
 def _is_in_bad_fork() -> bool:
-    return _in_bad_fork
+    """True in a process forked after its parent used the device: the runtime's queue workers do
+    not survive fork, so any device use there raises (as CUDA's does)."""
+    return _C._in_bad_fork()
 
 
 def _lazy_init() -> None:
-    global _initialized_in_parent
-    if _in_bad_fork:
+    if _is_in_bad_fork():
         raise RuntimeError(
-            "neuron: cannot use the neuron device in a forked subprocess after the parent used it; "
-            "use the 'spawn' start method"
+            "neuron: cannot re-initialize the neuron runtime in a forked subprocess: the parent used the device "
+            "before fork(). To use the neuron device with multiprocessing, use the 'spawn' start method"
         )
     err = _C._runtime_error()
     if err:
         raise RuntimeError(f"neuron: the runtime failed to start: {err}")
-    _initialized_in_parent = True
+    _C._init()
 
 
 init = _lazy_init
 
 
 def is_initialized() -> bool:
-    return _initialized_in_parent
+    return _C._is_initialized()
 
 
 def is_available() -> bool:

@@ -158,6 +158,13 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
   return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set()) || (dense(self) && dense(from));
 }
 
+// Tensor.record_stream(s): the block is not reused until work queued on `s` so far has finished.
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  TORCH_CHECK(stream.device_type() == kNeuron && stream.device_index() == self.device().index(),
+              "record_stream: expected a stream of ", self.device(), ", got one of ", stream.device());
+  caching_allocator().recordStream(self.storage().data_ptr(), stream);
+}
+
 // For explain(): these run no kernel, so they are never counted.
 const bool described = [] {
   for (const char* op : {"aten::empty.memory_format", "aten::empty_strided", "aten::resize_", "aten::set_.source_Storage",
@@ -168,6 +175,7 @@ const bool described = [] {
   for (const char* op : {"aten::as_strided", "aten::view", "aten::_reshape_alias", "aten::unfold"}) {
     typed_op(op, "a view: new metadata over the same device memory; no kernel runs");
   }
+  typed_op("aten::record_stream", "allocator bookkeeping: the block waits for the stream's work before reuse");
   typed_op("aten::_has_compatible_shallow_copy_type", "metadata: dense CPU and neuron tensors can swap data in place");
   typed_op("aten::_local_scalar_dense", "a transfer: a copy task to host memory that the caller waits for "
            "(counted in bytes by torch.neuron.transfer_stats(), not as an op)");
@@ -191,6 +199,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
   m.impl("_efficientzerotensor", TORCH_FN(efficient_zero_tensor));
   m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
+  m.impl("record_stream", TORCH_FN(record_stream));
 }
 
 }  // namespace torch_neuronx

@@ -1,17 +1,22 @@
-// The neuron caching allocator. Its policy:
-// - Device memory comes from the runtime (one range per logical core, capacity enforced) in
-//   blocks rounded to 512 bytes (up to 1 MiB: the small pool) or 128 KiB (the large pool).
-// - A freed block is cached, tied to the stream it was allocated for. Later allocations for that
-//   stream reuse it without waiting: the stream's queue runs in order, so work queued before the
-//   free has finished reading it before work queued after the reuse starts.
-// - Best fit among the stream's cached blocks, within a waste limit (2x for small blocks, 25% +
-//   128 KiB for large ones): blocks are not split.
+// The neuron caching allocator. Its policy, as CUDA's caching allocator:
+// - Device memory is taken from the runtime in segments: requests up to 1 MiB (the small pool)
+//   are carved from 2 MiB segments, requests below 10 MiB from 20 MiB segments, larger ones get a
+//   segment of their own rounded to 2 MiB. Blocks are multiples of 512 bytes.
+// - A freed block is cached, tied to the stream it was allocated for (every block of a segment
+//   has the segment's stream). Later allocations for that stream reuse it without waiting: the
+//   stream's queue runs in order, so work queued before the free has finished with the memory
+//   before work queued after the reuse starts.
+// - Best fit among the stream's cached blocks of the request's pool. A larger block is split; the
+//   rest stays cached (small pool: if at least 512 bytes are left; large pool: if more than 1 MiB).
+//   A freed block merges with free neighbours of its segment.
 // - A block used on other streams (record_stream) is not cached until events recorded on those
 //   streams at free time have completed.
-// - When the device is full: wait for the device, give every cached block back, retry once;
-//   then raise torch.OutOfMemoryError naming the sizes. The allocator stays usable.
-// - Allocations made while a task runs (a kernel's own outputs) take fresh memory only, since
-//   cached blocks may still be used by work queued after that task; they never wait.
+// - When the device is full: wait for the device, give every entirely free segment back, retry
+//   once; then raise torch.OutOfMemoryError naming the sizes and the largest free block. The
+//   allocator stays usable. empty_cache() gives entirely free segments back.
+// - Allocations made while a task runs (a kernel's own outputs) take a fresh segment, never a
+//   cached block: a block the host freed after queuing later work may still be used by that work.
+//   They never wait. Freed, they are cached like any block.
 // - The host never touches a block's contents: copies and fills are tasks on the stream.
 #include "core/allocator.h"
 
@@ -20,7 +25,6 @@
 #include <memory>
 #include <mutex>
 #include <set>
-#include <unordered_map>
 #include <vector>
 
 #include "core/device.h"
@@ -28,21 +32,31 @@
 namespace torch_neuronx {
 namespace {
 
-using c10::CachingDeviceAllocator::DeviceStats;
 using c10::CachingAllocator::StatType;
+using c10::CachingDeviceAllocator::DeviceStats;
 
-constexpr size_t kSmallSize = 1 << 20;   // blocks up to this size are the small pool
-constexpr size_t kSmallRound = 512;
-constexpr size_t kLargeRound = 128 << 10;
+constexpr size_t kMinBlock = 512;
+constexpr size_t kSmallSize = 1 << 20;
+constexpr size_t kSmallSegment = 2 << 20;
+constexpr size_t kMinLargeAlloc = 10 << 20;
+constexpr size_t kLargeSegment = 20 << 20;
+constexpr size_t kRoundLarge = 2 << 20;
 
 struct Block {
   int device;
   c10::StreamId stream;
-  size_t size;       // bytes reserved from the device
-  size_t requested;  // bytes the caller asked for
+  size_t size;
+  size_t requested = 0;
   void* ptr;
-  std::set<c10::StreamId> uses;  // other streams that used this block
-  std::vector<std::unique_ptr<neuronrt::Event>> pending;
+  bool small;              // its pool
+  bool allocated = false;
+  bool pending = false;    // freed, waiting for events of other streams
+  Block* prev = nullptr;   // neighbours within the segment
+  Block* next = nullptr;
+  std::set<c10::StreamId> uses;  // other streams that used it (record_stream)
+  std::vector<std::unique_ptr<neuronrt::Event>> events;
+
+  bool whole_segment() const { return !prev && !next; }
 };
 
 struct BlockOrder {
@@ -52,10 +66,14 @@ struct BlockOrder {
     return a->ptr < b->ptr;
   }
 };
+using Pool = std::set<Block*, BlockOrder>;
 
-size_t round_size(size_t n) {
-  if (n <= kSmallSize) return (n + kSmallRound - 1) / kSmallRound * kSmallRound;
-  return (n + kLargeRound - 1) / kLargeRound * kLargeRound;
+size_t round_size(size_t n) { return n < kMinBlock ? kMinBlock : (n + kMinBlock - 1) / kMinBlock * kMinBlock; }
+
+size_t segment_size(size_t size) {
+  if (size <= kSmallSize) return kSmallSegment;
+  if (size < kMinLargeAlloc) return kLargeSegment;
+  return (size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
 }
 
 std::string format_bytes(uint64_t n) {
@@ -67,16 +85,17 @@ std::string format_bytes(uint64_t n) {
 }
 
 template <class F>
-void for_pools(size_t size, F&& f) {
+void for_pools(bool small, F&& f) {
   f(static_cast<size_t>(StatType::AGGREGATE));
-  f(static_cast<size_t>(size <= kSmallSize ? StatType::SMALL_POOL : StatType::LARGE_POOL));
+  f(static_cast<size_t>(small ? StatType::SMALL_POOL : StatType::LARGE_POOL));
 }
 
 struct DeviceState {
   std::mutex mu;
-  std::set<Block*, BlockOrder> free_blocks;
-  std::vector<Block*> pending;  // freed, waiting for other streams
+  Pool small, large;
+  std::vector<Block*> pending;
   DeviceStats stats;
+  Pool& pool(bool is_small) { return is_small ? small : large; }
 };
 
 void free_block(void* ctx);
@@ -87,46 +106,50 @@ class Allocator final : public CachingAllocator {
 
   c10::DataPtr allocate_on(c10::DeviceIndex device, size_t n) override {
     if (const auto* q = neuronrt::Queue::current()) return allocate_fresh(device, q->tag(), n);
+    auto& rt = runtime();  // raises in a forked child
     const c10::Device dev(kNeuron, device);
     if (n == 0) return c10::DataPtr(nullptr, nullptr, &free_block, dev);
     const c10::StreamId stream = current_stream(device).id();
     const size_t size = round_size(n);
+    const bool small = size <= kSmallSize;
     auto& st = state(device);
     std::unique_lock<std::mutex> lock(st.mu);
     collect_pending_locked(st);
-    Block* b = take_cached_locked(st, stream, size);
+    Block* b = take_cached_locked(st, stream, size, small);
     if (!b) {
-      void* p = runtime().memory(device).allocate(size);
+      const size_t seg = segment_size(size);
+      void* p = rt.memory(device).allocate(seg);
       if (!p) {
-        // Give the cache back to the device and retry. Cached blocks may still be read by
-        // queued work of their stream, so the device must drain first.
+        // Give entirely free segments back and retry. Cached blocks may still be read by queued
+        // work of their stream, so the device must drain first.
         st.stats.num_alloc_retries++;
         lock.unlock();
-        checked([&] { runtime().synchronize_device(device); });
+        checked([&] { rt.synchronize_device(device); });
         lock.lock();
         collect_pending_locked(st);
-        release_cached_locked(st, device);
-        p = runtime().memory(device).allocate(size);
+        release_free_segments_locked(st);
+        p = rt.memory(device).allocate(seg);
       }
       if (!p) {
         st.stats.num_ooms++;
-        const auto& agg = st.stats;
         const size_t a = static_cast<size_t>(StatType::AGGREGATE);
-        const auto& mem = runtime().memory(device);
-        const uint64_t allocated = agg.allocated_bytes[a].current;
-        const uint64_t reserved = agg.reserved_bytes[a].current;
-        const uint64_t capacity = mem.capacity(), used = mem.used();
+        const uint64_t allocated = st.stats.allocated_bytes[a].current;
+        const uint64_t reserved = st.stats.reserved_bytes[a].current;
+        const uint64_t cached = largest_cached_locked(st);
+        const auto& mem = rt.memory(device);
+        const uint64_t capacity = mem.capacity(), free = capacity - mem.used(), largest = mem.largest_free();
         lock.unlock();
-        TORCH_CHECK_WITH(OutOfMemoryError, false, "neuron out of memory. Tried to allocate ",
-                         format_bytes(n), " on neuron:", static_cast<int>(device), " (",
-                         runtime().topology().profile->name, " logical core with ", format_bytes(capacity),
-                         " of device memory): ", format_bytes(allocated), " is allocated by PyTorch, ",
-                         format_bytes(reserved), " is reserved by the caching allocator, ",
-                         format_bytes(capacity - used), " is free. Free tensors or call ",
-                         "torch.neuron.empty_cache(); the allocator is still usable.");
+        TORCH_CHECK_WITH(OutOfMemoryError, false, "neuron out of memory. Tried to allocate ", format_bytes(n),
+                         " on neuron:", static_cast<int>(device), " (", rt.topology().profile->name,
+                         " logical core with ", format_bytes(capacity), " of device memory): ", format_bytes(allocated),
+                         " is allocated by PyTorch, ", format_bytes(reserved), " is reserved by the caching allocator (",
+                         "largest cached free block ", format_bytes(cached), "), ", format_bytes(free),
+                         " is free on the device (largest free block ", format_bytes(largest),
+                         "). Free tensors or call torch.neuron.empty_cache(); the allocator is still usable.");
       }
-      b = new_block_locked(st, device, stream, size, p);
+      b = new_segment_locked(st, device, stream, seg, p, small);
     }
+    split_locked(st, b, size);
     return hand_out_locked(st, b, n);
   }
 
@@ -139,12 +162,14 @@ class Allocator final : public CachingAllocator {
     void* p = runtime().memory(device).allocate(size);
     if (!p) {
       st.stats.num_ooms++;
+      const auto& mem = runtime().memory(device);
+      const uint64_t free = mem.capacity() - mem.used();
       lock.unlock();
       TORCH_CHECK_WITH(OutOfMemoryError, false, "neuron out of memory. A kernel tried to allocate ", format_bytes(n),
-                       " on neuron:", static_cast<int>(device), " while it ran; ", format_bytes(free_bytes(device)),
-                       " is free. Free tensors or call torch.neuron.empty_cache().");
+                       " on neuron:", static_cast<int>(device), " while it ran; ", format_bytes(free),
+                       " is free on the device. Free tensors or call torch.neuron.empty_cache().");
     }
-    return hand_out_locked(st, new_block_locked(st, device, stream, size, p), n);
+    return hand_out_locked(st, new_segment_locked(st, device, stream, size, p, size <= kSmallSize), n);
   }
 
   c10::DataPtr adopt(void* context, c10::Device device) override {
@@ -153,24 +178,28 @@ class Allocator final : public CachingAllocator {
   }
 
   void release(Block* b) {
+    if (forked_child()) return;  // the parent's blocks; this process may not touch the device
     auto& st = state(b->device);
     std::lock_guard<std::mutex> lock(st.mu);
-    for_pools(b->size, [&](size_t i) {
+    for_pools(b->small, [&](size_t i) {
       st.stats.allocation[i].decrease(1);
       st.stats.allocated_bytes[i].decrease(b->size);
       st.stats.requested_bytes[i].decrease(b->requested);
     });
-    if (!b->uses.empty()) {
+    b->allocated = false;
+    if (!b->uses.empty() && !runtime_stopped()) {
       for (c10::StreamId s : b->uses) {
         auto ev = std::make_unique<neuronrt::Event>();
         ev->record(runtime().queue(b->device, static_cast<int>(s)));
-        b->pending.push_back(std::move(ev));
+        b->events.push_back(std::move(ev));
       }
       b->uses.clear();
+      b->pending = true;
       st.pending.push_back(b);
       return;
     }
-    make_free_locked(st, b);
+    b->uses.clear();
+    cache_locked(st, b);
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return &free_block; }
@@ -191,7 +220,7 @@ class Allocator final : public CachingAllocator {
       auto& st = state(d);
       std::lock_guard<std::mutex> lock(st.mu);
       collect_pending_locked(st);
-      release_cached_locked(st, d);
+      release_free_segments_locked(st);
     }
   }
 
@@ -212,16 +241,7 @@ class Allocator final : public CachingAllocator {
   void resetAccumulatedStats(c10::DeviceIndex device) override {
     auto& st = state(device);
     std::lock_guard<std::mutex> lock(st.mu);
-    auto reset = [](c10::CachingAllocator::StatArray& a) {
-      for (auto& s : a) s.reset_accumulated();
-    };
-    reset(st.stats.allocation);
-    reset(st.stats.segment);
-    reset(st.stats.active);
-    reset(st.stats.allocated_bytes);
-    reset(st.stats.reserved_bytes);
-    reset(st.stats.active_bytes);
-    reset(st.stats.requested_bytes);
+    for_each_stat(st, [](c10::CachingAllocator::Stat& s) { s.reset_accumulated(); });
     st.stats.num_alloc_retries = 0;
     st.stats.num_ooms = 0;
     st.stats.num_device_alloc = 0;
@@ -231,26 +251,16 @@ class Allocator final : public CachingAllocator {
   void resetPeakStats(c10::DeviceIndex device) override {
     auto& st = state(device);
     std::lock_guard<std::mutex> lock(st.mu);
-    auto reset = [](c10::CachingAllocator::StatArray& a) {
-      for (auto& s : a) s.reset_peak();
-    };
-    reset(st.stats.allocation);
-    reset(st.stats.segment);
-    reset(st.stats.active);
-    reset(st.stats.allocated_bytes);
-    reset(st.stats.reserved_bytes);
-    reset(st.stats.active_bytes);
-    reset(st.stats.requested_bytes);
+    for_each_stat(st, [](c10::CachingAllocator::Stat& s) { s.reset_peak(); });
   }
 
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    check_device_index(device);
     const auto& mem = runtime().memory(device);
     return {mem.capacity() - mem.used(), mem.capacity()};
   }
 
-  bool owns(const c10::DataPtr& data_ptr) const override {
-    return data_ptr.get_deleter() == &free_block;
-  }
+  bool owns(const c10::DataPtr& data_ptr) const override { return data_ptr.get_deleter() == &free_block; }
 
  private:
   // One state per visible device, made on first use; an index outside them is an error.
@@ -263,23 +273,31 @@ class Allocator final : public CachingAllocator {
     return *states_[device];
   }
 
-  uint64_t free_bytes(c10::DeviceIndex device) {
-    const auto& mem = runtime().memory(device);
-    return mem.capacity() - mem.used();
+  static bool forked_child() { return neuronrt::Runtime::in_forked_child(); }
+  static bool runtime_stopped() { return neuronrt::Runtime::stopped(); }
+
+  template <class F>
+  static void for_each_stat(DeviceState& st, F&& f) {
+    for (auto* a : {&st.stats.allocation, &st.stats.segment, &st.stats.active, &st.stats.allocated_bytes,
+                    &st.stats.reserved_bytes, &st.stats.active_bytes, &st.stats.requested_bytes}) {
+      for (auto& s : *a) f(s);
+    }
   }
 
-  Block* new_block_locked(DeviceState& st, c10::DeviceIndex device, c10::StreamId stream, size_t size, void* p) {
+  Block* new_segment_locked(DeviceState& st, c10::DeviceIndex device, c10::StreamId stream, size_t size, void* p,
+                            bool small) {
     st.stats.num_device_alloc++;
-    for_pools(size, [&](size_t i) {
+    for_pools(small, [&](size_t i) {
       st.stats.segment[i].increase(1);
       st.stats.reserved_bytes[i].increase(size);
     });
-    return new Block{device, stream, size, 0, p, {}, {}};
+    return new Block{device, stream, size, 0, p, small};
   }
 
   c10::DataPtr hand_out_locked(DeviceState& st, Block* b, size_t n) {
+    b->allocated = true;
     b->requested = n;
-    for_pools(b->size, [&](size_t i) {
+    for_pools(b->small, [&](size_t i) {
       st.stats.allocation[i].increase(1);
       st.stats.active[i].increase(1);
       st.stats.allocated_bytes[i].increase(b->size);
@@ -289,54 +307,98 @@ class Allocator final : public CachingAllocator {
     return c10::DataPtr(b->ptr, b, &free_block, c10::Device(kNeuron, static_cast<c10::DeviceIndex>(b->device)));
   }
 
-  Block* take_cached_locked(DeviceState& st, c10::StreamId stream, size_t size) {
-    Block key{0, stream, size, 0, nullptr, {}, {}};
-    auto it = st.free_blocks.lower_bound(&key);
-    if (it == st.free_blocks.end()) return nullptr;
+  // Best fit among the stream's cached blocks of the pool.
+  Block* take_cached_locked(DeviceState& st, c10::StreamId stream, size_t size, bool small) {
+    Pool& pool = st.pool(small);
+    Block key{0, stream, size, 0, nullptr, small};
+    auto it = pool.lower_bound(&key);
+    if (it == pool.end() || (*it)->stream != stream) return nullptr;
     Block* b = *it;
-    // Without splitting, a much larger block would waste what the caller does not use.
-    const size_t limit = size <= kSmallSize ? 2 * size : size + size / 4 + kLargeRound;
-    if (b->stream != stream || b->size > limit) return nullptr;
-    st.free_blocks.erase(it);
-    b->stream = stream;
+    pool.erase(it);
     return b;
   }
 
-  void make_free_locked(DeviceState& st, Block* b) {
-    for_pools(b->size, [&](size_t i) {
+  // Keeps `size` bytes of `b` and caches the rest as a block of its own.
+  void split_locked(DeviceState& st, Block* b, size_t size) {
+    const size_t rest = b->size - size;
+    if (b->small ? rest < kMinBlock : rest <= kSmallSize) return;
+    auto* r = new Block{b->device, b->stream, rest, 0, static_cast<char*>(b->ptr) + size, b->small};
+    r->prev = b;
+    r->next = b->next;
+    if (b->next) b->next->prev = r;
+    b->next = r;
+    b->size = size;
+    st.pool(r->small).insert(r);
+  }
+
+  // A free block joins its free neighbours and the pool.
+  void cache_locked(DeviceState& st, Block* b) {
+    for_pools(b->small, [&](size_t i) {
       st.stats.active[i].decrease(1);
       st.stats.active_bytes[i].decrease(b->size);
     });
-    st.free_blocks.insert(b);
+    b->pending = false;
+    Pool& pool = st.pool(b->small);
+    for (Block* n : {b->prev, b->next}) {
+      if (!n || n->allocated || n->pending) continue;
+      pool.erase(n);
+      if (n == b->prev) {
+        n->size += b->size;
+        n->next = b->next;
+        if (b->next) b->next->prev = n;
+        delete b;
+        b = n;
+      } else {
+        b->size += n->size;
+        b->next = n->next;
+        if (n->next) n->next->prev = b;
+        delete n;
+      }
+    }
+    pool.insert(b);
   }
 
   void collect_pending_locked(DeviceState& st) {
     for (size_t i = 0; i < st.pending.size();) {
       Block* b = st.pending[i];
       bool done = true;
-      for (auto& ev : b->pending) done = done && ev->query();
+      for (auto& ev : b->events) done = done && ev->query();
       if (!done) {
         ++i;
         continue;
       }
-      b->pending.clear();
+      b->events.clear();
       st.pending[i] = st.pending.back();
       st.pending.pop_back();
-      make_free_locked(st, b);
+      cache_locked(st, b);
     }
   }
 
-  void release_cached_locked(DeviceState& st, int device) {
-    for (Block* b : st.free_blocks) {
-      runtime().memory(device).free(b->ptr);
-      st.stats.num_device_free++;
-      for_pools(b->size, [&](size_t i) {
-        st.stats.segment[i].decrease(1);
-        st.stats.reserved_bytes[i].decrease(b->size);
-      });
-      delete b;
+  void release_free_segments_locked(DeviceState& st) {
+    for (Pool* pool : {&st.small, &st.large}) {
+      for (auto it = pool->begin(); it != pool->end();) {
+        Block* b = *it;
+        if (!b->whole_segment()) {
+          ++it;
+          continue;
+        }
+        runtime().memory(b->device).free(b->ptr);
+        st.stats.num_device_free++;
+        for_pools(b->small, [&](size_t i) {
+          st.stats.segment[i].decrease(1);
+          st.stats.reserved_bytes[i].decrease(b->size);
+        });
+        it = pool->erase(it);
+        delete b;
+      }
     }
-    st.free_blocks.clear();
+  }
+
+  size_t largest_cached_locked(DeviceState& st) {
+    size_t largest = 0;
+    for (Pool* pool : {&st.small, &st.large})
+      for (Block* b : *pool) largest = std::max(largest, b->size);
+    return largest;
   }
 
   std::once_flag states_once_;

@@ -73,7 +73,7 @@ struct NeuronGuardImpl final : c10::impl::DeviceGuardImplInterface {
   }
 
   void synchronizeEvent(void* event) const override {
-    if (event) static_cast<neuronrt::Event*>(event)->synchronize();
+    if (event) checked([&] { static_cast<neuronrt::Event*>(event)->synchronize(); });
   }
 
   double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {

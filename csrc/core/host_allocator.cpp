@@ -20,7 +20,7 @@ std::map<const char*, size_t> blocks;  // start -> size
 void free_pinned(void* ptr) {
   if (!ptr) return;
   try {
-    neuronrt::Runtime::get().synchronize_all();
+    if (!neuronrt::Runtime::in_forked_child()) neuronrt::Runtime::get().synchronize_all();
   } catch (...) {
     // A task error is reported at the next synchronizing call of the user's, not here.
   }

@@ -41,13 +41,7 @@ neuronrt::Runtime& runtime() {
   return checked([]() -> neuronrt::Runtime& { return neuronrt::Runtime::get(); });
 }
 
-int device_count() noexcept {
-  try {
-    return neuronrt::Runtime::get().device_count();
-  } catch (...) {
-    return 0;
-  }
-}
+int device_count() noexcept { return neuronrt::Runtime::visible_devices(); }
 
 void check_device_index(c10::DeviceIndex index) {
   static const int n = runtime().device_count();  // fixed for the process; on every op's path

@@ -31,9 +31,29 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_current_device", [] { return static_cast<int>(current_device()); });
   m.def("_set_device", [](int d) { set_current_device(static_cast<c10::DeviceIndex>(d)); });
+  // Waits for every queue of the device, checking for Ctrl-C (KeyboardInterrupt) while it waits.
   m.def("_synchronize", [](int d) {
-        checked([&] { runtime().synchronize_device(d < 0 ? current_device() : d); });
-      }, py::call_guard<py::gil_scoped_release>());
+    const auto device = d < 0 ? current_device() : d;
+    for (neuronrt::Queue* q : checked([&] { return runtime().queues_of(device); })) {
+      const uint64_t seq = q->last_submitted();
+      for (;;) {
+        bool done;
+        {
+          py::gil_scoped_release released;
+          done = q->wait_for(seq, std::chrono::microseconds(50000));
+        }
+        if (done) break;
+        if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+      }
+      checked([&] { q->raise_error_through(seq); });
+    }
+  });
+  m.def("_shutdown", [] {
+    if (!neuronrt::Runtime::in_forked_child()) runtime().shutdown();
+  }, py::call_guard<py::gil_scoped_release>());
+  m.def("_in_bad_fork", [] { return neuronrt::Runtime::in_forked_child(); });
+  m.def("_init", [] { current_queue(); });  // starts the current device's default queue
+  m.def("_is_initialized", [] { return neuronrt::Runtime::started(); });
   m.def("_device_properties", [](int d) {
     check_device_index(static_cast<c10::DeviceIndex>(d));
     const auto& topo = runtime().topology();
@@ -121,6 +141,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_reset_op_counts", [] { reset_all_counts(); });
   m.def("_explain", [](const std::string& name) { return explain(name); });
+  m.def("_config_flag", [](const std::string& name) { return checked([&] { return neuronrt::config::flag(name.c_str()); }); });
   m.def("_settings", [] {
     py::list out;
     for (const auto& s : neuronrt::config::all()) out.append(py::make_tuple(s.name, s.default_value, s.meaning));

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -19,22 +20,23 @@ constexpr uint64_t kReleaseThreshold = 1ull << 20;
 
 }  // namespace
 
-DeviceMemory::DeviceMemory(uint64_t capacity) : capacity_(round_up(capacity, 4096)) {}
+DeviceMemory::DeviceMemory(uint64_t capacity)
+    : capacity_(round_up(capacity, 4096)), range_(capacity_ * kAddressSlack) {}
 
 DeviceMemory::~DeviceMemory() {
-  if (base_) munmap(base_, capacity_);
+  if (base_) munmap(base_, range_);
 }
 
 void DeviceMemory::reserve_locked() {
   if (base_) return;
-  void* p = mmap(nullptr, capacity_, PROT_READ | PROT_WRITE,
+  void* p = mmap(nullptr, range_, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
-    throw std::runtime_error("neuron runtime: cannot reserve " + std::to_string(capacity_) +
+    throw std::runtime_error("neuron runtime: cannot reserve " + std::to_string(range_) +
                              " bytes of address space for device memory: " + std::strerror(errno));
   }
   base_ = static_cast<char*>(p);
-  insert_free_locked(0, capacity_);
+  insert_free_locked(0, range_);
 }
 
 void DeviceMemory::insert_free_locked(uint64_t offset, uint64_t size) {
@@ -104,20 +106,21 @@ uint64_t DeviceMemory::used() const {
 
 uint64_t DeviceMemory::largest_free() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!base_) return capacity_;
-  return free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
+  const uint64_t left = capacity_ - used_;
+  if (!base_) return left;
+  return std::min(left, free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first);
 }
 
 bool DeviceMemory::contains(const void* ptr) const {
   const char* p = static_cast<const char*>(ptr);
-  return base_ && p >= base_ && p < base_ + capacity_;
+  return base_ && p >= base_ && p < base_ + range_;
 }
 
 void DeviceMemory::set_host_access(bool accessible) {
   std::lock_guard<std::mutex> lock(mu_);
   reserve_locked();
   protected_ = !accessible;
-  if (mprotect(base_, capacity_, accessible ? (PROT_READ | PROT_WRITE) : PROT_NONE) != 0) {
+  if (mprotect(base_, range_, accessible ? (PROT_READ | PROT_WRITE) : PROT_NONE) != 0) {
     throw std::runtime_error(std::string("neuron runtime: mprotect failed: ") + std::strerror(errno));
   }
 }

@@ -97,7 +97,11 @@ Queue::Queue(QueueOptions options) : opts_(std::move(options)), slots_(kSlots) {
   worker_ = std::thread([this] { worker_loop(); });
 }
 
-Queue::~Queue() {
+Queue::~Queue() { shutdown(); }
+
+void Queue::shutdown() {
+  std::lock_guard<std::mutex> submitting(submit_mu_);
+  if (!worker_.joinable()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_.store(true);
@@ -107,6 +111,9 @@ Queue::~Queue() {
 }
 
 Queue::Slot& Queue::reserve_locked() {
+  if (stop_.load(std::memory_order_relaxed)) {
+    throw std::runtime_error("neuron: " + opts_.name + " has shut down (the interpreter is exiting)");
+  }
   const uint64_t seq = submitted_.load(std::memory_order_relaxed) + 1;
   // The slot is free once the task kSlots before this one has finished. Reading the worker's
   // counter costs a cache-line transfer, so only when the last reading does not already prove it.

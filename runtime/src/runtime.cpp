@@ -2,6 +2,7 @@
 
 #include "neuronrt/config.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -12,6 +13,14 @@ namespace neuronrt {
 namespace {
 
 const Runtime* g_sanitized = nullptr;
+Runtime* g_runtime = nullptr;
+std::atomic<bool> g_started{false};  // a queue exists: the device was used
+std::atomic<bool> g_forked_child{false};
+std::atomic<bool> g_stopped{false};
+
+void after_fork_in_child() {
+  if (g_started.load()) g_forked_child.store(true);
+}
 struct sigaction g_previous_segv;
 
 // Names the fault when the host touched device memory, then lets the default action end the
@@ -24,7 +33,9 @@ void on_segv(int sig, siginfo_t* info, void* ctx) {
                            "neuron sanitizer: host access to neuron device memory at %p (neuron:%d) outside "
                            "a queued task\n", info->si_addr, device);
     if (n > 0) (void)!write(2, msg, static_cast<size_t>(n));
-    signal(SIGSEGV, SIG_DFL);
+    // The access faults again on return, into the handler that was there before (Python's
+    // faulthandler prints the offending thread's Python stack), else the default action.
+    sigaction(SIGSEGV, &g_previous_segv, nullptr);
     return;
   }
   sigaction(SIGSEGV, &g_previous_segv, nullptr);
@@ -43,6 +54,8 @@ RuntimeOptions RuntimeOptions::from_env() {
 }
 
 Runtime::Runtime(RuntimeOptions options) : opts_(std::move(options)) {
+  static const bool registered = (pthread_atfork(nullptr, nullptr, &after_fork_in_child), true);
+  (void)registered;
   for (const auto& c : opts_.topology.cores) {
     memory_.push_back(std::make_unique<DeviceMemory>(c.hbm_bytes));
     queues_.emplace_back(kMaxQueuesPerDevice);
@@ -67,9 +80,41 @@ Runtime::~Runtime() {
 }
 
 Runtime& Runtime::get() {
+  if (g_forked_child.load(std::memory_order_relaxed)) {
+    throw std::runtime_error(
+        "neuron: cannot re-initialize the neuron runtime in a forked subprocess: the parent used the device before "
+        "fork(). To use the neuron device with multiprocessing, use the 'spawn' start method");
+  }
   // Leaked on purpose: tensors freed during interpreter shutdown still return memory here.
-  static Runtime* rt = new Runtime(RuntimeOptions::from_env());
+  static Runtime* rt = g_runtime = new Runtime(RuntimeOptions::from_env());
   return *rt;
+}
+
+bool Runtime::in_forked_child() { return g_forked_child.load(std::memory_order_relaxed); }
+
+bool Runtime::started() { return g_started.load(std::memory_order_relaxed); }
+
+int Runtime::visible_devices() noexcept {
+  if (g_runtime) return g_runtime->device_count();
+  try {
+    return get().device_count();
+  } catch (...) {
+    return 0;
+  }
+}
+
+bool Runtime::stopped() { return g_stopped.load(std::memory_order_relaxed); }
+
+void Runtime::shutdown() {
+  if (g_stopped.exchange(true) || g_forked_child.load()) return;
+  std::vector<Queue*> all;
+  {
+    std::lock_guard<std::mutex> lock(queues_mu_);
+    for (auto& device : queues_)
+      for (auto& q : device)
+        if (q) all.push_back(q.get());
+  }
+  for (Queue* q : all) q->shutdown();
 }
 
 const LogicalCore& Runtime::core(int device) const {
@@ -110,7 +155,9 @@ Queue* Runtime::make_queue(int device, int id) {
       qo.enter = [this] { enter_task(); };
       qo.leave = [this] { leave_task(); };
     }
+    if (g_stopped.load()) throw std::runtime_error("neuron: the runtime has shut down (the interpreter is exiting)");
     slot = std::make_unique<Queue>(std::move(qo));
+    g_started.store(true);
     queue_index_[device * kMaxQueuesPerDevice + id].store(slot.get(), std::memory_order_release);
   }
   return slot.get();
@@ -128,15 +175,17 @@ void Runtime::leave_task() {
     for (auto& m : memory_) m->set_host_access(false);
 }
 
-void Runtime::synchronize_device(int device) {
+std::vector<Queue*> Runtime::queues_of(int device) {
   core(device);
   std::vector<Queue*> qs;
-  {
-    std::lock_guard<std::mutex> lock(queues_mu_);
-    for (auto& q : queues_[device])
-      if (q) qs.push_back(q.get());
-  }
-  for (Queue* q : qs) q->synchronize();
+  std::lock_guard<std::mutex> lock(queues_mu_);
+  for (auto& q : queues_[device])
+    if (q) qs.push_back(q.get());
+  return qs;
+}
+
+void Runtime::synchronize_device(int device) {
+  for (Queue* q : queues_of(device)) q->synchronize();
 }
 
 void Runtime::synchronize_all() {

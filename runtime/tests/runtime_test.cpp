@@ -59,11 +59,22 @@ TEST(Memory, CapacityIsEnforcedAndFreesCoalesce) {
   m.free(a);
   m.free(b);
   EXPECT_EQ(m.used(), 0u);
-  EXPECT_EQ(m.largest_free(), 1u << 20);  // coalesced back into one range
+  EXPECT_EQ(m.largest_free(), 1u << 20);
   void* c = m.allocate(1 << 20);
   EXPECT_NE(c, nullptr);
   EXPECT_TRUE(m.contains(c));
   m.free(c);
+}
+
+TEST(Memory, FragmentedFreeBytesStillServeALargerBlock) {
+  DeviceMemory m(256u << 20);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 20; ++i) blocks.push_back(m.allocate(12u << 20));
+  for (int i = 0; i < 20; i += 2) m.free(blocks[i]);  // 136 MiB free, in 12 MiB holes and the tail
+  void* big = m.allocate(24u << 20);
+  EXPECT_NE(big, nullptr);
+  EXPECT_EQ(m.used(), (10u * 12 + 24) << 20);
+  EXPECT_EQ(m.allocate(120u << 20), nullptr);  // only 112 MiB of capacity is left
 }
 
 TEST(Memory, HugeCapacityIsOnlyReserved) {

@@ -1,5 +1,8 @@
-// Device memory of one logical core: an address range the size of its HBM, reserved from the
-// OS lazily (the host has far less RAM than the profile's HBM) with the capacity enforced.
+// Device memory of one logical core. Its capacity (the profile's HBM) is enforced in bytes; its
+// addresses come from a range several times larger, reserved from the OS lazily (the host has far
+// less RAM than the profile's HBM). An allocation therefore needs free capacity, not a free
+// contiguous range of it: like a device with an MMU, freeing every other block and then asking
+// for one twice their size works as long as the bytes are free.
 #pragma once
 
 #include <cstddef>
@@ -14,6 +17,8 @@ namespace neuronrt {
 class DeviceMemory {
  public:
   static constexpr size_t kAlignment = 512;
+  // Addresses per byte of capacity: room to place blocks without compacting.
+  static constexpr uint64_t kAddressSlack = 4;
 
   explicit DeviceMemory(uint64_t capacity);
   ~DeviceMemory();
@@ -26,6 +31,7 @@ class DeviceMemory {
 
   uint64_t capacity() const { return capacity_; }
   uint64_t used() const;
+  // The largest allocation that would succeed now.
   uint64_t largest_free() const;
   bool contains(const void* ptr) const;
 
@@ -38,6 +44,7 @@ class DeviceMemory {
   void erase_free_locked(uint64_t offset, uint64_t size);
 
   const uint64_t capacity_;
+  const uint64_t range_;  // address range: capacity_ * kAddressSlack
   char* base_ = nullptr;
   bool protected_ = false;
   mutable std::mutex mu_;

@@ -78,6 +78,9 @@ class Queue {
   // `fn`'s own exception, as it was thrown.
   void run_sync(const char* name, const std::function<void()>& fn);
 
+  // Waits for submitted work, stops and joins the worker; later submits raise. Idempotent.
+  void shutdown();
+
   void synchronize();                 // all submitted work; raises a recorded error
   bool query() const;                 // true when all submitted work has finished
   void wait_for(uint64_t seq) const;  // until task `seq` has finished (no error check)

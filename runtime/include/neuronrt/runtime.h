@@ -32,8 +32,21 @@ class Runtime {
   ~Runtime();
 
   // The process-wide runtime, configured from the environment on first use. Throws
-  // std::invalid_argument for a bad setting.
+  // std::invalid_argument for a bad setting, and std::runtime_error in a process forked after the
+  // device was used (its queues' workers did not survive the fork).
   static Runtime& get();
+
+  // True in a child forked after the parent used the device.
+  static bool in_forked_child();
+  // True once a queue exists (the device was used).
+  static bool started();
+  // The visible devices, also in a forked child (0 when the runtime cannot start).
+  static int visible_devices() noexcept;
+
+  // Orderly end: waits for every queue (dropping task errors nobody can receive now), then stops
+  // and joins the workers. Called at interpreter exit; any later use of a queue raises.
+  void shutdown();
+  static bool stopped();
 
   int device_count() const { return static_cast<int>(opts_.topology.cores.size()); }
   const Topology& topology() const { return opts_.topology; }
@@ -45,6 +58,8 @@ class Runtime {
   // Queue `id` of a device, created on first use (id 0 is the default queue).
   Queue& queue(int device, int id);
   void synchronize_device(int device);
+  // The queues of a device made so far.
+  std::vector<Queue*> queues_of(int device);
   void synchronize_all();
   // -1 when `ptr` is in no device's memory.
   int device_of(const void* ptr) const;
