@@ -63,6 +63,10 @@ import atexit  # noqa: E402
 atexit.register(_shutdown)
 
 from . import config  # noqa: E402,F401
+from . import compile as _compile  # noqa: E402
+
+_compile._register_lazily()
+from .compile import compile_stats, reset_compile_stats  # noqa: E402
 from .ops import (  # noqa: E402
     explain,
     get_fallback_ops,
@@ -75,6 +79,6 @@ from .ops import (  # noqa: E402
 )
 
 __version__ = "0.1.0"
-__all__ = ["op_counts", "reset_op_counts", "explain", "op_report",
+__all__ = ["op_counts", "reset_op_counts", "explain", "op_report", "compile_stats", "reset_compile_stats",
            # deprecated aliases, kept for one release
            "get_fallback_ops", "reset_fallback_ops", "get_generic_ops", "get_queued_ops"]

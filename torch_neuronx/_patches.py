@@ -27,36 +27,70 @@ def tensor_printing() -> None:
     ts._tensor_str = _tensor_str
 
 
+_pending: dict = {}  # module name -> patches waiting for its import
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target_module=None):
+        patches = _pending.pop(name, None)
+        if patches is None:
+            return None
+        spec = importlib.util.find_spec(name)
+        exec_module = spec.loader.exec_module
+
+        def exec_and_patch(module):
+            exec_module(module)
+            for patch in patches:
+                patch(module)
+
+        spec.loader.exec_module = exec_and_patch
+        return spec
+
+
+def after_import(target: str, patch) -> None:
+    """Runs patch(module) once `target` is imported (now, if it already is): heavy modules are
+    patched when, and if, something imports them."""
+    if target in sys.modules:
+        patch(sys.modules[target])
+        return
+    if not any(isinstance(f, _AfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport())
+    _pending.setdefault(target, []).append(patch)
+
+
 def device_test_naming() -> None:
     """torch.testing._internal.common_device_type names PrivateUse1 test classes "...PRIVATEUSE1"
     until a test class has run once; naming the base "neuron" up front makes
-    instantiate_device_type_tests(..., only_for="neuron") create "...NEURON" classes. The module
-    is heavy, so it is patched when (and if) something imports it."""
-    target = "torch.testing._internal.common_device_type"
+    instantiate_device_type_tests(..., only_for="neuron") create "...NEURON" classes."""
 
     def patch(module):
         module.PrivateUse1TestBase.device_type = "neuron"
 
-    if target in sys.modules:
-        patch(sys.modules[target])
-        return
+    after_import("torch.testing._internal.common_device_type", patch)
 
-    class _Finder(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path, target_module=None):
-            if name != target:
-                return None
-            sys.meta_path.remove(self)
-            spec = importlib.util.find_spec(name)
-            exec_module = spec.loader.exec_module
 
-            def exec_and_patch(module):
-                exec_module(module)
-                patch(module)
+def dynamo_static_neuron_shapes() -> None:
+    """Dynamo's automatic dynamic shapes (torch._dynamo.variables.builder._automatic_dynamic) turn
+    a dimension symbolic when a recompile sees it change. A neuron program has static shapes (each
+    new shape is a new program, as on Trainium), so neuron tensors stay static unless the user asks
+    for dynamic shapes (dynamic=True, mark_dynamic), which the neuron backend refuses clearly."""
 
-            spec.loader.exec_module = exec_and_patch
-            return spec
+    def patch(builder):
+        original = builder._automatic_dynamic
+        if getattr(original, "_neuron", False):
+            return
 
-    sys.meta_path.insert(0, _Finder())
+        def automatic_dynamic(e, tx, source, static_shapes, *args, **kwargs):
+            import torch._dynamo.config as config
+
+            if config.assume_static_by_default and getattr(e, "device", None) is not None and e.device.type == "neuron":
+                static_shapes = True
+            return original(e, tx, source, static_shapes, *args, **kwargs)
+
+        automatic_dynamic._neuron = True
+        builder._automatic_dynamic = automatic_dynamic
+
+    after_import("torch._dynamo.variables.builder", patch)
 
 
 def linear_cross_entropy_defaults() -> None:
@@ -85,7 +119,49 @@ def linear_cross_entropy_defaults() -> None:
     options._resolve_auto_acc_dtype = staticmethod(resolve_auto_acc_dtype)
 
 
+def inductor_cpu_like_neuron() -> None:
+    """Inductor's scheduler asks `node.is_cpu()` (device.type == "cpu") to pick the fusion and
+    loop-reindexing rules of its C++ code generator, which writes neuron's kernels too (the software
+    NeuronCore's memory is host-addressable). Neuron nodes answer as CPU nodes do there. Applied
+    only when Inductor is set up for neuron (torch_neuronx.compile.inductor)."""
+    from torch._inductor import scheduler
+
+    is_cpu = scheduler.BaseSchedulerNode.is_cpu
+    if getattr(is_cpu, "_neuron", False):
+        return
+
+    def neuron_or_cpu(self) -> bool:
+        device = self.get_device()
+        return device is not None and device.type in ("cpu", "neuron")
+
+    neuron_or_cpu._neuron = True
+    scheduler.BaseSchedulerNode.is_cpu = neuron_or_cpu
+
+    # torch._inductor.utils.get_current_backend names the code generator of the current device
+    # and answers "triton" (config.cuda_backend) for devices it does not list; neuron's is the C++
+    # one (config.cpu_backend). Each module that imported the function gets the wrapped one.
+    import importlib
+
+    from torch._inductor import utils
+
+    original = utils.get_current_backend
+
+    def current_backend(device_type=None):
+        from torch._inductor.virtualized import V
+
+        if not device_type:
+            device_type = V.graph.get_current_device_or_throw().type
+        return original("cpu" if device_type == "neuron" else device_type)
+
+    for name in ("torch._inductor.utils", "torch._inductor.codegen.common", "torch._inductor.scheduler",
+                 "torch._inductor.kernel.mm_common"):
+        module = importlib.import_module(name)
+        if getattr(module, "get_current_backend", None) is original:
+            module.get_current_backend = current_backend
+
+
 def install() -> None:
     tensor_printing()
     device_test_naming()
     linear_cross_entropy_defaults()
+    dynamo_static_neuron_shapes()

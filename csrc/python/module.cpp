@@ -1,7 +1,9 @@
 // torch_neuronx._C: thin bindings over the runtime and the torch glue.
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "compile/kernel_launch.h"
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/generator.h"
@@ -85,6 +87,23 @@ PYBIND11_MODULE(_C, m) {
     out["profile"] = rt.topology().profile->name;
     return out;
   });
+  // A compiled kernel as a task on the current stream (see compile/kernel_launch.h).
+  m.def("_launch_cpu_kernel", [](uintptr_t fn, const std::string& name, const std::string& kinds, py::tuple args) {
+    std::vector<c10::IValue> values;
+    values.reserve(args.size());
+    for (const auto& a : args) {
+      if (THPVariable_Check(a.ptr())) {
+        values.emplace_back(THPVariable_Unpack(a.ptr()));
+      } else if (py::isinstance<py::bool_>(a)) {
+        values.emplace_back(a.cast<bool>());
+      } else if (py::isinstance<py::int_>(a)) {
+        values.emplace_back(a.cast<int64_t>());
+      } else {
+        values.emplace_back(a.cast<double>());
+      }
+    }
+    launch_cpu_kernel(reinterpret_cast<void*>(fn), name, kinds, values);
+  });
   m.def("_set_task_timing", [](bool on) { neuronrt::Queue::set_timing(on); });
   m.def("_reset_task_times", [] { neuronrt::Queue::reset_task_times(); });
   m.def("_task_times", [] {
@@ -142,6 +161,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("_reset_op_counts", [] { reset_all_counts(); });
   m.def("_explain", [](const std::string& name) { return explain(name); });
   m.def("_config_flag", [](const std::string& name) { return checked([&] { return neuronrt::config::flag(name.c_str()); }); });
+  m.def("_config_text", [](const std::string& name) { return checked([&] { return neuronrt::config::text(name.c_str()); }); });
+  m.def("_config_bytes", [](const std::string& name, uint64_t fallback) {
+    return checked([&] { return neuronrt::config::bytes(name.c_str(), fallback); });
+  });
   m.def("_settings", [] {
     py::list out;
     for (const auto& s : neuronrt::config::all()) out.append(py::make_tuple(s.name, s.default_value, s.meaning));

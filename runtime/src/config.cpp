@@ -27,6 +27,10 @@ const std::vector<Setting>& all() {
       {"TORCH_NEURONX_FALLBACK", "warn", "what a CPU fallback (copy to host and back) does: warn (once per op), error, silent"},
       {"TORCH_NEURONX_OP_POLICY", "",
        "per-op overrides of how ops run: 'aten::op=sync,aten::other.overload=copy' (async, sync or copy)"},
+      {"TORCH_NEURONX_CACHE_DIR", "",
+       "where compiled programs are cached (default: $XDG_CACHE_HOME/torch_neuronx, else ~/.cache/torch_neuronx)"},
+      {"TORCH_NEURONX_CACHE_SIZE", "10GiB", "size limit of the compile cache; least recently used files go first"},
+      {"TORCH_NEURONX_LOG", "", "comma-separated areas to log to stderr: compile (a line per compiled graph)"},
       {"TORCH_NEURONX_FORCE_FALLBACK", "",
        "deprecated alias, kept for one release: 'aten::a,aten::b' means aten::a=copy,aten::b=copy"},
   };

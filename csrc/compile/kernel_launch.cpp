@@ -1,0 +1,70 @@
+#include "compile/kernel_launch.h"
+
+#include <array>
+#include <cstdint>
+#include <utility>
+
+#include "core/storage.h"
+#include "exec/device_check.h"
+#include "exec/executor.h"
+#include "pipeline/op_record.h"
+
+namespace torch_neuronx {
+namespace {
+
+// Calls `fn` with `N` integer-class arguments (pointers and 64-bit integers travel the same way in
+// the platform's calling convention, so one signature per arity serves every kernel).
+template <size_t... I>
+void call_with(void* fn, const uintptr_t* a, std::index_sequence<I...>) {
+  using F = void (*)(decltype((void)I, uintptr_t{})...);
+  reinterpret_cast<F>(fn)(a[I]...);
+}
+
+template <size_t N>
+void call_n(void* fn, const uintptr_t* a) {
+  call_with(fn, a, std::make_index_sequence<N>{});
+}
+
+using Caller = void (*)(void*, const uintptr_t*);
+
+template <size_t... N>
+constexpr std::array<Caller, sizeof...(N)> make_callers(std::index_sequence<N...>) {
+  return {&call_n<N>...};
+}
+
+constexpr auto kCallers = make_callers(std::make_index_sequence<kMaxKernelArgs + 1>{});
+
+OpRecord& kernel_rec = typed_op("neuron::compiled_kernel", "a kernel of a compiled graph, launched as a task");
+
+}  // namespace
+
+void launch_cpu_kernel(void* fn, const std::string& name, const std::string& kinds, const std::vector<c10::IValue>& args) {
+  TORCH_CHECK(fn, "neuron: launching kernel ", name, " with no function");
+  TORCH_CHECK(kinds.size() == args.size(), "neuron: kernel ", name, " takes ", kinds.size(), " arguments, got ",
+              args.size());
+  TORCH_CHECK(args.size() <= kMaxKernelArgs, "neuron: kernel ", name, " takes ", args.size(),
+              " arguments; at most ", kMaxKernelArgs, " are supported");
+  std::array<uintptr_t, kMaxKernelArgs> a{};
+  DeviceCheck check(name.c_str());
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (kinds[i] == 'p') {
+      TORCH_CHECK(args[i].isTensor() && is_neuron(args[i].toTensor()), "neuron: argument ", i, " of kernel ", name,
+                  " must be a neuron tensor");
+      const at::Tensor& t = args[i].toTensor();
+      check.add(t);
+      a[i] = reinterpret_cast<uintptr_t>(t.data_ptr());
+    } else if (kinds[i] == 'i') {
+      TORCH_CHECK(args[i].isInt() || args[i].isBool(), "neuron: argument ", i, " of kernel ", name, " must be an int");
+      a[i] = static_cast<uintptr_t>(args[i].isInt() ? args[i].toInt() : args[i].toBool());
+    } else {
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "neuron: kernel ", name, " takes an argument of kind '", kinds[i],
+                                  "'; only data pointers and integers are supported");
+    }
+  }
+  const auto device = check.device() >= 0 ? check.device() : current_device();
+  kernel_rec.count(Mode::kAsync);
+  const Caller caller = kCallers[args.size()];
+  launch(device, kernel_rec.name.c_str(), [fn, caller, a] { caller(fn, a.data()); });
+}
+
+}  // namespace torch_neuronx

@@ -1,0 +1,96 @@
+"""The disk cache of compiled neuron programs.
+
+Layout: TORCH_NEURONX_CACHE_DIR (default: $XDG_CACHE_HOME/torch_neuronx, else ~/.cache/torch_neuronx)
+holds one folder per compiler identity — torch_neuronx version, torch version and device profile —
+so a program is only ever reused by the compiler and device it was built for. Inside, Inductor's
+caches: the AOTAutograd results and graphs (keyed by the graph, the input shapes, dtypes and
+strides, and every compiler flag) and the compiled kernels (keyed by their source).
+- Writes are atomic: an entry is written to a temporary file and renamed into place, so a reader
+  sees a whole entry or none, and processes compiling the same model at once both succeed.
+- A corrupted or truncated entry fails to load, is reported as a miss and is compiled again.
+- The folder is kept under TORCH_NEURONX_CACHE_SIZE bytes (default 10 GiB): after each compile the
+  least recently used files go first (a kernel whose file is gone is rebuilt from the source its
+  graph keeps).
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+import torch
+
+from .. import _C, __version__
+
+_lock = threading.Lock()
+_configured: str | None = None
+
+
+def root() -> str:
+    configured = _C._config_text("TORCH_NEURONX_CACHE_DIR")
+    if configured:
+        return os.path.abspath(os.path.expanduser(configured))
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "torch_neuronx")
+
+
+def directory() -> str:
+    """The folder of this compiler identity (versions and device profile)."""
+    profile = torch.neuron.runtime_config()["profile"]
+    torch_version = torch.__version__.replace("+", "_")
+    return os.path.join(root(), f"neuronx-{__version__}-torch-{torch_version}-{profile}")
+
+
+def configure() -> str:
+    """Points Inductor's caches at the neuron cache (once per process; a TORCHINDUCTOR_CACHE_DIR the
+    user set is kept)."""
+    global _configured
+    with _lock:
+        if _configured is None:
+            path = directory()
+            os.makedirs(path, exist_ok=True)
+            if not os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = path
+            _configured = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+        return _configured
+
+
+def size_limit() -> int:
+    return int(_C._config_bytes("TORCH_NEURONX_CACHE_SIZE", 10 << 30))
+
+
+def _files(path: str):
+    for folder, _, names in os.walk(path):
+        for name in names:
+            full = os.path.join(folder, name)
+            try:
+                st = os.stat(full)
+            except OSError:
+                continue  # removed by another process meanwhile
+            yield full, st.st_size, max(st.st_atime, st.st_mtime)
+
+
+def evict(path: str | None = None, limit: int | None = None) -> int:
+    """Removes the least recently used files until the folder fits the limit; returns bytes freed."""
+    path = path or configure()
+    limit = size_limit() if limit is None else limit
+    files = sorted(_files(path), key=lambda f: f[2])
+    total = sum(size for _, size, _ in files)
+    freed = 0
+    for name, size, _ in files:
+        if total - freed <= limit:
+            break
+        try:
+            os.remove(name)
+            freed += size
+        except OSError:
+            pass
+    return freed
+
+
+def compile_with_cache(compile_fn):
+    """Runs a compile with the neuron cache in place, then keeps the cache under its size limit."""
+    configure()
+    try:
+        return compile_fn()
+    finally:
+        evict()

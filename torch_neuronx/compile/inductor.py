@@ -1,0 +1,212 @@
+"""Inductor on neuron: `torch.compile(model)` with the default backend on neuron tensors.
+
+The software NeuronCore's memory is host-addressable, so Inductor's C++ code generator writes the
+kernels, as for the CPU. What differs is how they run: every generated kernel is launched as a task
+on the current neuron stream (`torch_neuronx._C._launch_cpu_kernel`), like a CUDA kernel launch —
+asynchronous, ordered with eager ops, never touching device memory from the host thread. Buffers
+come from the neuron caching allocator and extern kernels (matmul, convolution, ...) are ordinary
+neuron ops.
+"""
+from __future__ import annotations
+
+import ctypes
+from textwrap import dedent
+
+import torch
+
+from .. import _C
+
+
+class NeuronCppKernel:
+    """A generated C++ kernel: calling it queues a launch on the current stream."""
+
+    _INT_TYPES = ("int64_t", "long", "int32_t", "int", "bool", "uint64_t", "uintptr_t")
+
+    def __init__(self, async_compile, name: str, argtypes: list, source: str):
+        self.name = name
+        kinds = []
+        for t in argtypes:
+            t = t.replace("const ", "").strip()
+            if t.endswith("*"):
+                kinds.append("p")
+            elif t in self._INT_TYPES:
+                kinds.append("i")
+            else:
+                raise NotImplementedError(f"neuron: kernel {name} takes a '{t}' argument; compiled neuron kernels "
+                                          "take data pointers and integers only")
+        self.kinds = "".join(kinds)
+        self._binding = async_compile.cpp_pybinding(argtypes, source)
+        self._addr = None
+
+    def _resolve(self) -> int:
+        binding = self._binding
+        if hasattr(binding, "result"):
+            binding = binding.result()
+        library = ctypes.CDLL(binding.__self__.__file__)  # already loaded: the same handle
+        self._addr = ctypes.cast(library.kernel, ctypes.c_void_p).value
+        return self._addr
+
+    def __call__(self, *args):
+        _C._launch_cpu_kernel(self._addr or self._resolve(), self.name, self.kinds, args)
+
+
+def neuron_cpp_kernel(async_compile, argtypes: list, source: str, name: str = "kernel") -> NeuronCppKernel:
+    return NeuronCppKernel(async_compile, name, argtypes, source)
+
+
+class _KernelEngineProperties:
+    """What Inductor's heuristics read of a device: the software NeuronCore's kernels run on the
+    host's cores."""
+
+    def __init__(self):
+        import os
+
+        self.multi_processor_count = os.cpu_count() or 1
+
+
+def _register() -> None:
+    from torch._dynamo.device_interface import DeviceInterface, register_interface_for_device
+    from torch._inductor.codegen import cpp
+    from torch._inductor.codegen.common import (
+        DeviceOpOverrides,
+        register_backend_for_device,
+        register_device_op_overrides,
+    )
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+
+    class NeuronInterface(DeviceInterface):
+        """torch.neuron as Dynamo and Inductor see a device runtime."""
+
+        device = torch.neuron.device
+        Event = torch.Event
+        Stream = torch.neuron.Stream
+
+        class Worker:
+            @staticmethod
+            def set_device(device: int) -> None:
+                torch.neuron.set_device(device)
+
+            @staticmethod
+            def current_device() -> int:
+                return torch.neuron.current_device()
+
+            @staticmethod
+            def get_device_properties(device=None):
+                return _KernelEngineProperties()
+
+        current_device = staticmethod(torch.neuron.current_device)
+        set_device = staticmethod(torch.neuron.set_device)
+        device_count = staticmethod(torch.neuron.device_count)
+        is_available = staticmethod(torch.neuron.is_available)
+        stream = staticmethod(torch.neuron.stream)
+        current_stream = staticmethod(torch.neuron.current_stream)
+        set_stream = staticmethod(torch.neuron.set_stream)
+        synchronize = staticmethod(torch.neuron.synchronize)
+
+        @classmethod
+        def get_device_properties(cls, device=None):
+            return cls.Worker.get_device_properties(device)
+
+        @staticmethod
+        def maybe_exchange_device(device: int) -> int:
+            return NeuronInterface.exchange_device(device)
+
+        @staticmethod
+        def exchange_device(device: int) -> int:
+            previous = torch.neuron.current_device()
+            if device >= 0:
+                torch.neuron.set_device(device)
+            return previous
+
+        @staticmethod
+        def _set_stream_by_id(stream_id: int, device_index: int, device_type: int) -> None:
+            torch.neuron.set_stream(torch.neuron.Stream(stream_id=stream_id, device_index=device_index,
+                                                        device_type=device_type))
+
+        @staticmethod
+        def get_raw_stream(device_idx: int) -> int:
+            return torch.neuron.current_stream(device_idx).stream_id
+
+        @staticmethod
+        def get_compute_capability(device=None):
+            return torch.neuron.get_device_capability(device)
+
+        @staticmethod
+        def is_bf16_supported(including_emulation: bool = False) -> bool:
+            return True
+
+        @staticmethod
+        def memory_allocated(device=None) -> int:
+            return torch.neuron.memory_allocated(device)
+
+        @staticmethod
+        def is_triton_capable(device=None) -> bool:
+            return False
+
+    class NeuronDeviceOpOverrides(DeviceOpOverrides):
+        def import_get_raw_stream_as(self, name: str) -> str:
+            return dedent(f"""
+                def {name}(idx):
+                    return torch.neuron.current_stream(idx).stream_id
+                """)
+
+        def set_device(self, device_idx: int) -> str:
+            return f"torch.neuron.set_device({device_idx})"
+
+        def synchronize(self) -> str:
+            return "torch.neuron.synchronize()"
+
+        def device_guard(self, device_idx: int) -> str:
+            return f"torch.neuron.device({device_idx})"
+
+        def cpp_kernel_type(self) -> str:
+            return "void*"
+
+    class NeuronWrapperCodegen(PythonWrapperCodegen):
+        """Python wrapper whose C++ kernels are neuron launches."""
+
+        @staticmethod
+        def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
+            if is_subgraph:
+                return PythonWrapperCodegen.create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures)
+            return NeuronWrapperCodegen()
+
+        def write_header(self) -> None:
+            super().write_header()
+            self.imports.writeline("from torch_neuronx.compile.inductor import neuron_cpp_kernel")
+
+        def define_kernel(self, kernel_name, kernel_body, metadata=None, gpu=True, cpp_definition=None):
+            prefix = "async_compile.cpp_pybinding("
+            if kernel_body.lstrip().startswith(prefix):
+                body = kernel_body.lstrip()[len(prefix):]
+                assert body.rstrip().endswith(")")
+                kernel_body = f"neuron_cpp_kernel(async_compile, {body.rstrip()[:-1]}, name={kernel_name!r})"
+            super().define_kernel(kernel_name, kernel_body, metadata, gpu, cpp_definition)
+
+        def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None, **kwargs):
+            from torch._inductor.virtualized import V
+
+            device = device or V.graph.get_current_device_or_throw()
+            if device.type == "neuron":
+                device = torch.device("cpu")  # the call line is the same; the kernel object launches
+            super()._generate_kernel_call_helper(kernel_name, call_args, device=device, **kwargs)
+
+    from .. import _patches
+
+    _patches.inductor_cpu_like_neuron()
+    register_interface_for_device("neuron", NeuronInterface)
+    for i in range(torch.neuron.device_count()):
+        register_interface_for_device(f"neuron:{i}", NeuronInterface)
+    register_device_op_overrides("neuron", NeuronDeviceOpOverrides())
+    register_backend_for_device("neuron", cpp.CppScheduling, NeuronWrapperCodegen)
+
+
+_registered = False
+
+
+def register() -> None:
+    """Makes Inductor generate code for neuron tensors (called when the package loads)."""
+    global _registered
+    if not _registered:
+        _register()
+        _registered = True
