@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.requirements-stamp
 RT_BUILD := build/runtime-tests
 RT_CMAKE := -G Ninja -DNEURONX_BUILD_EXTENSION=OFF -DNEURONX_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all sysdeps venv install runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e conformance clean
+.PHONY: all sysdeps venv install runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile conformance clean
 
 all: install
 
@@ -59,6 +59,9 @@ bench: install
 
 bench-e2e: install
 	$(PY) -P benchmarks/e2e.py
+
+bench-compile: install
+	$(PY) -P benchmarks/compile.py
 
 # The whole OpInfo database on neuron against CPU (long; progress on stderr). Report in
 # conformance-report/; fails on a regression or a stale expected failure.

@@ -6,6 +6,9 @@ Without Trainium hardware the device is the software NeuronCore built into the e
 """
 
 
+__version__ = "0.1.0"
+
+
 def _autoload():
     """Entry point of the `torch.backends` group: importing the package does the work. Defined
     before `import torch` because importing this package first makes torch autoload it while
@@ -78,7 +81,6 @@ from .ops import (  # noqa: E402
     reset_op_counts,
 )
 
-__version__ = "0.1.0"
 __all__ = ["op_counts", "reset_op_counts", "explain", "op_report", "compile_stats", "reset_compile_stats",
            # deprecated aliases, kept for one release
            "get_fallback_ops", "reset_fallback_ops", "get_generic_ops", "get_queued_ops"]

@@ -11,15 +11,23 @@ def _register_lazily() -> None:
     from .. import _patches
 
     def register_backend(registry):
-        if "neuron" not in registry._COMPILER_FNS:
+        if "neuron" not in registry._BACKENDS:  # else its entry point is being loaded
             from .backend import neuron_backend
 
             registry.register_backend(compiler_fn=neuron_backend, name="neuron")
 
     def register_inductor(_module):
-        from . import inductor
+        from . import cache, inductor
 
+        cache.configure()
         inductor.register()
 
     _patches.after_import("torch._dynamo.backends.registry", register_backend)
+    _patches.after_import("torch._inductor.runtime.cache_dir_utils", lambda _m: _configure_cache())
     _patches.after_import("torch._inductor.compile_fx", register_inductor)
+
+
+def _configure_cache() -> None:
+    from . import cache
+
+    cache.configure()

@@ -40,16 +40,23 @@ def directory() -> str:
     return os.path.join(root(), f"neuronx-{__version__}-torch-{torch_version}-{profile}")
 
 
+_MARK = "_TORCH_NEURONX_INDUCTOR_CACHE_DIR"  # what this package set, inherited by child processes
+
+
 def configure() -> str:
-    """Points Inductor's caches at the neuron cache (once per process; a TORCHINDUCTOR_CACHE_DIR the
-    user set is kept)."""
+    """Points Inductor's caches at the neuron cache (once per process, before Inductor first asks).
+    A TORCHINDUCTOR_CACHE_DIR the user set is kept; Inductor's default, or one this package set in a
+    parent process, is not."""
     global _configured
     with _lock:
         if _configured is None:
             path = directory()
             os.makedirs(path, exist_ok=True)
-            if not os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
-                os.environ["TORCHINDUCTOR_CACHE_DIR"] = path
+            from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+            current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+            if not current or current in (os.environ.get(_MARK), default_cache_dir()):
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.environ[_MARK] = path
             _configured = os.environ["TORCHINDUCTOR_CACHE_DIR"]
         return _configured
 

@@ -1,0 +1,141 @@
+"""torch.compile on neuron against PyTorch CPU, measured in one run (issue #9 targets).
+
+1. Tiny Llama training step (forward + backward + AdamW): neuron compiled, neuron eager, CPU eager,
+   CPU Inductor. Target: neuron compiled >= 1.4x CPU eager, and no slower than CPU Inductor.
+2. Static-cache greedy decode, tokens/s: neuron with the compiled decode step (transformers'
+   default compile config, backend "neuron") against CPU eager `generate`. Target >= 1.5x.
+3. Cold compile (empty cache) against warm start (a fresh process hitting the disk cache), both as
+   the time to the first result of the compiled training step. Target: warm <= 10% of cold.
+Run on a quiet machine: `make bench-compile`.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+import torch_neuronx
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def llama(hidden=64, layers=2, vocab=512):
+    import transformers
+
+    cfg = transformers.LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
+                                   num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                                   max_position_embeddings=256)
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(cfg)
+
+
+def sync(device):
+    if device == "neuron":
+        torch.neuron.synchronize()
+
+
+def training_step(device, backend):
+    model = llama().to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ids = torch.randint(0, 512, (2, 32), generator=torch.Generator().manual_seed(1)).to(device)
+    fwd = torch.compile(model, backend=backend) if backend else model
+
+    def step():
+        fwd(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return step
+
+
+def best_time(step, device, iters, rounds):
+    for _ in range(2):
+        step()
+    sync(device)
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            step()
+        sync(device)
+        best = min(best, (time.perf_counter() - t0) / iters)
+    return best
+
+
+def decode_rate(device, compiled, tokens=32, rounds=3):
+    model = llama().eval().to(device)
+    ids = torch.randint(0, 512, (1, 16), generator=torch.Generator().manual_seed(2)).to(device)
+    kw = dict(max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False)
+    if compiled:
+        kw["cache_implementation"] = "static"
+    model.generate(ids, **kw)  # compiles the decode step
+    sync(device)
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        model.generate(ids, **kw)
+        sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return tokens / best
+
+
+FIRST_STEP = """
+import time, torch, torch_neuronx, sys
+sys.path.insert(0, {here!r})
+from compile import training_step
+t0 = time.perf_counter()
+step = training_step("neuron", "neuron")
+step()
+torch.neuron.synchronize()
+print(time.perf_counter() - t0, torch_neuronx.compile_stats()["cache_hits"])
+"""
+
+
+def first_step_seconds(cache_dir):
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "_TORCH_NEURONX_INDUCTOR_CACHE_DIR")}
+    env["TORCH_NEURONX_CACHE_DIR"] = cache_dir
+    code = FIRST_STEP.format(here=os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-P", "-c", code], env=env, capture_output=True, text=True, check=True)
+    seconds, hits = out.stdout.split()
+    return float(seconds), int(hits)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--iters", type=int, default=5)
+    args = p.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; neuron = {torch.neuron.get_device_name()}\n")
+
+    print("tiny Llama training step (hidden 64, 2 layers, 2x32 tokens), steps/s, best of rounds")
+    rows = {"neuron compiled": ("neuron", "neuron"), "neuron eager": ("neuron", None),
+            "CPU eager": ("cpu", None), "CPU Inductor": ("cpu", "inductor")}
+    rate = {}
+    for name, (device, backend) in rows.items():
+        torch._dynamo.reset()
+        rate[name] = 1 / best_time(training_step(device, backend), device, args.iters, args.rounds)
+    for name, r in rate.items():
+        print(f"  {name:<18}{r:>9.1f} steps/s  {r / rate['CPU eager']:>5.2f}x CPU eager  "
+              f"{r / rate['CPU Inductor']:>5.2f}x CPU Inductor")
+    print("  targets: neuron compiled >= 1.4x CPU eager, >= 1.0x CPU Inductor\n")
+
+    torch._dynamo.reset()
+    neuron = decode_rate("neuron", compiled=True)
+    cpu = decode_rate("cpu", compiled=False)
+    print("static-cache greedy decode, 32 tokens after a 16-token prompt, tokens/s")
+    print(f"  neuron compiled decode {neuron:>9.1f}\n  CPU eager generate     {cpu:>9.1f}\n"
+          f"  speed-up {neuron / cpu:.2f}x  (target >= 1.5x)\n")
+
+    with tempfile.TemporaryDirectory() as cache_dir:
+        cold, cold_hits = first_step_seconds(cache_dir)
+        warm, warm_hits = first_step_seconds(cache_dir)
+    print("time to the first compiled training step in a fresh process")
+    print(f"  cold (empty cache)   {cold:>7.2f} s  ({cold_hits} programs from cache)")
+    print(f"  warm (disk cache)    {warm:>7.2f} s  ({warm_hits} programs from cache)")
+    print(f"  warm / cold {warm / cold:.0%}  (target <= 10%)")
+
+
+if __name__ == "__main__":
+    main()
