@@ -24,23 +24,28 @@ def sync(device):
 
 
 def demo_training(device):
-    from torch_neuronx.demo import TEXT, TinyLM
+    """The demo's Trainer step: its Llama-style model in bfloat16, bf16 autocast, fused AdamW."""
+    import tempfile
 
-    torch.manual_seed(0)
-    chars = sorted(set(TEXT))
-    model = TinyLM(len(chars)).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, foreach=True)
-    g = torch.Generator().manual_seed(0)
-    x = torch.randint(0, len(chars), (16, 64), generator=g).to(device)
-    y = torch.randint(0, len(chars), (16, 64), generator=g).to(device)
+    import transformers
+
+    from torch_neuronx import demo
+
+    with tempfile.TemporaryDirectory() as path:
+        demo.build(path, vocab_size=400, seed=0)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+        model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, fused=True)
+    batch = demo.dataset(tokenizer, context=64, copies=1)[:8]
+    ids = torch.tensor([b["input_ids"] for b in batch]).to(device)
 
     def step():
-        logits = model(x)
-        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
-        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=device, dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         opt.step()
-    return step, 16 * 64, "tokens"
+        opt.zero_grad()
+    return step, ids.numel(), "tokens"
 
 
 SIZE = {"hidden": 64, "layers": 2, "batch": 2, "seq": 32, "image": 16}

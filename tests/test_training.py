@@ -3,7 +3,45 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from torch_neuronx.demo import TinyLM
+
+# A GPT-style decoder (token + position embeddings, pre-norm blocks, tied output), trained here on
+# both devices.
+class Block(nn.Module):
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.norm1 = nn.RMSNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
+        self.proj = nn.Linear(dim, dim, bias=False)
+        self.norm2 = nn.RMSNorm(dim)
+        self.up = nn.Linear(dim, 4 * dim)
+        self.down = nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+        return x + self.down(F.gelu(self.up(self.norm2(x)), approximate="tanh"))
+
+
+class TinyLM(nn.Module):
+    """A GPT-style decoder: token + position embeddings, pre-norm blocks, tied output."""
+
+    def __init__(self, vocab: int, dim: int = 128, layers: int = 2, heads: int = 4, context: int = 64):
+        super().__init__()
+        self.context = context
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Embedding(context, dim)
+        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.norm = nn.RMSNorm(dim)
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
+        for blk in self.blocks:
+            x = blk(x)
+        return self.norm(x) @ self.tok.weight.t() * self.tok.weight.shape[1] ** -0.5
 
 
 def train(model_fn, data_fn, device, steps=15):

@@ -1,19 +1,24 @@
-"""The main job: a small causal language model trained on the neuron device, then sampled.
+"""The main job: the Hugging Face flow on a neuron device, end to end, with no download.
 
-Runs on the software NeuronCore on any Linux machine: the model is built from a config with
-random init (no download), trained on a tiny bundled text with AdamW, and sampled greedily.
-`python -m torch_neuronx.demo --steps 300`
+1. Train a byte-level BPE tokenizer on a bundled text and build a small Llama-style model from a
+   config (random weights); save both with save_pretrained.
+2. Load them back: AutoModelForCausalLM.from_pretrained(path, device_map="neuron",
+   dtype=torch.bfloat16).
+3. Fine-tune with transformers' Trainer (bf16, its default fused AdamW) until the model has
+   learnt the text.
+4. Generate with a static KV cache: transformers compiles the decode step with torch.compile's
+   "neuron" backend.
+Every op runs on the device: CPU fallbacks are set to raise, and the run ends with the op counts
+(async / sync / copy) and the device memory summary.
+`python -m torch_neuronx.demo` (about a minute on the software NeuronCore; `--help` for options)
 """
 from __future__ import annotations
 
 import argparse
-import math
+import os
 import time
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
-from tqdm import tqdm
 
 import torch_neuronx
 
@@ -28,122 +33,106 @@ them. To die, to sleep; no more; and by a sleep to say we end the heart-ache and
 natural shocks that flesh is heir to.
 """
 
-
-class Block(nn.Module):
-    def __init__(self, dim: int, heads: int):
-        super().__init__()
-        self.heads = heads
-        self.norm1 = nn.RMSNorm(dim)
-        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
-        self.proj = nn.Linear(dim, dim, bias=False)
-        self.norm2 = nn.RMSNorm(dim)
-        self.up = nn.Linear(dim, 4 * dim)
-        self.down = nn.Linear(4 * dim, dim)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
-        return x + self.down(F.gelu(self.up(self.norm2(x)), approximate="tanh"))
+PROMPT = "To be, or not to be,"
 
 
-class TinyLM(nn.Module):
-    """A GPT-style decoder: token + position embeddings, pre-norm blocks, tied output."""
+def train_tokenizer(text: str, vocab_size: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
 
-    def __init__(self, vocab: int, dim: int = 128, layers: int = 2, heads: int = 4, context: int = 64):
-        super().__init__()
-        self.context = context
-        self.tok = nn.Embedding(vocab, dim)
-        self.pos = nn.Embedding(context, dim)
-        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
-        self.norm = nn.RMSNorm(dim)
-
-    def forward(self, idx):
-        t = idx.shape[1]
-        x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
-        for blk in self.blocks:
-            x = blk(x)
-        return self.norm(x) @ self.tok.weight.t() * self.tok.weight.shape[1] ** -0.5
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(text.splitlines(), trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=["<pad>", "<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
 
 
-def batches(data: torch.Tensor, batch: int, context: int, gen: torch.Generator):
-    while True:
-        starts = torch.randint(0, data.numel() - context - 1, (batch,), generator=gen)
-        x = torch.stack([data[s:s + context] for s in starts])
-        y = torch.stack([data[s + 1:s + 1 + context] for s in starts])
-        yield x, y
+def build(path: str, vocab_size: int, seed: int) -> None:
+    """Tokenizer and model from scratch, saved as a Hugging Face checkpoint."""
+    import transformers
+
+    tokenizer = train_tokenizer(TEXT, vocab_size)
+    config = transformers.LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=384, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(seed)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
 
 
-@torch.no_grad()
-def sample(model, prompt: torch.Tensor, n: int) -> torch.Tensor:
-    idx = prompt
-    for _ in range(n):
-        logits = model(idx[:, -model.context:])[:, -1]
-        idx = torch.cat([idx, logits.argmax(-1, keepdim=True)], 1)
-    return idx
+def dataset(tokenizer, context: int, copies: int):
+    """Every window of the text, so the model can learn all of it."""
+    ids = tokenizer(TEXT)["input_ids"]
+    windows = [ids[i:i + context] for i in range(0, max(1, len(ids) - context), 4)]
+    return [{"input_ids": w, "labels": w} for w in windows] * copies
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--device", default="neuron")
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=150, help="Trainer steps")
+    p.add_argument("--out", default=os.path.join(os.getcwd(), ".demo"), help="where the checkpoints go")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--new-tokens", type=int, default=48)
     args = p.parse_args(argv)
 
-    device = torch.device(args.device)
-    torch.manual_seed(args.seed)
-    chars = sorted(set(TEXT))
-    stoi = {c: i for i, c in enumerate(chars)}
-    data = torch.tensor([stoi[c] for c in TEXT])
-    model = TinyLM(len(chars)).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, foreach=True)
-    gen = torch.Generator().manual_seed(args.seed)
-    stream = batches(data, args.batch, model.context, gen)
+    import transformers
+    from transformers import Trainer, TrainingArguments
+
+    transformers.logging.set_verbosity_error()
+    start = time.perf_counter()
+    base = os.path.join(args.out, "base")
+    print(f"1. tokenizer and Llama-style model from a config -> {base}")
+    build(base, vocab_size=400, seed=args.seed)
+
+    print("2. from_pretrained(device_map='neuron', dtype=torch.bfloat16)")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(base)
+    model = transformers.AutoModelForCausalLM.from_pretrained(base, device_map="neuron", dtype=torch.bfloat16)
     params = sum(p.numel() for p in model.parameters())
-    print(f"TinyLM: {params / 1e6:.2f}M parameters, vocab {len(chars)}, on {device}"
-          + (f" ({torch.neuron.get_device_name(device)})" if device.type == "neuron" else ""))
-    if device.type == "neuron":
-        torch_neuronx.reset_op_counts()
+    print(f"   {params / 1e6:.2f}M parameters on {next(model.parameters()).device} "
+          f"({torch.neuron.get_device_name()}), {torch.neuron.memory_allocated() / 2**20:.1f} MiB of device memory")
 
-    tokens = 0
+    torch_neuronx.reset_op_counts()
+    print(f"3. Trainer fine-tuning: bf16, default optimizer, {args.steps} steps")
+    targs = TrainingArguments(output_dir=os.path.join(args.out, "trainer"), max_steps=args.steps,
+                              per_device_train_batch_size=8, learning_rate=3e-3, lr_scheduler_type="constant",
+                              warmup_steps=10, bf16=True, logging_steps=25, save_strategy="no", report_to=[],
+                              seed=args.seed, disable_tqdm=False)
+    trainer = Trainer(model=model, args=targs, train_dataset=dataset(tokenizer, context=64, copies=8),
+                      data_collator=transformers.default_data_collator)
     t0 = time.perf_counter()
-    bar = tqdm(range(args.steps), desc="train", unit="step")
-    loss_val = math.nan
-    for step in bar:
-        x, y = next(stream)
-        x, y = x.to(device), y.to(device)
-        logits = model(x)
-        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        tokens += x.numel()
-        if step % 10 == 0 or step == args.steps - 1:
-            loss_val = loss.item()
-            bar.set_postfix(loss=f"{loss_val:.3f}", tok_s=f"{tokens / (time.perf_counter() - t0):,.0f}")
-    elapsed = time.perf_counter() - t0
-    print(f"final loss {loss_val:.3f} after {args.steps} steps; {tokens / elapsed:,.0f} tokens/s")
+    trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    tokens = args.steps * 8 * 64
+    print(f"   loss {losses[0]:.3f} -> {losses[-1]:.3f}; {tokens / (time.perf_counter() - t0):,.0f} tokens/s")
 
+    print("4. generate(cache_implementation='static'): the decode step is compiled with backend='neuron'")
     model.eval()
-    prompt = torch.tensor([[stoi[c] for c in "To be, or "]], device=device)
-    out = sample(model, prompt, 80)[0].tolist()
-    print("sample:", repr("".join(chars[i] for i in out)))
+    prompt = tokenizer(PROMPT, return_tensors="pt").to("neuron")
+    t0 = time.perf_counter()
+    out = model.generate(**prompt, max_new_tokens=args.new_tokens, do_sample=False, cache_implementation="static")
+    text = tokenizer.decode(out[0], skip_special_tokens=True)
+    stats = torch_neuronx.compile_stats()
+    print(f"   {args.new_tokens} tokens in {time.perf_counter() - t0:.1f} s (compiled {stats['graphs_compiled']} "
+          f"graph(s): {stats['cache_hits']} from the disk cache, {stats['recompiles']} recompiles)")
+    print(f"\n   {text!r}\n")
 
-    if device.type == "neuron":
-        torch.neuron.synchronize()
-        print(torch.neuron.memory_summary(device))
-        counts = torch_neuronx.op_counts(reasons=True)
-        total = {m: sum(c[m] for c in counts.values()) for m in ("async", "sync", "copy")}
-        print(f"op calls on the device: {total['async']} async, {total['sync']} sync, {total['copy']} CPU fallbacks "
-              f"(copies), over {len(counts)} ops")
-        for name, c in counts.items():
-            if c["sync"] or c["copy"]:
-                print(f"  {name}: {c}")
-        return loss_val, counts
-    return loss_val, {}
+    torch.neuron.synchronize()
+    counts = torch_neuronx.op_counts(reasons=True)
+    total = {m: sum(c[m] for c in counts.values()) for m in ("async", "sync", "copy")}
+    print(f"op calls on the device: {total['async']} async, {total['sync']} sync, {total['copy']} CPU fallbacks "
+          f"(copies), over {len(counts)} ops")
+    for name, c in counts.items():
+        if c["sync"] or c["copy"]:
+            print(f"  {name}: {c}")
+    print(torch.neuron.memory_summary(abbreviated=True))
+    print(f"done in {time.perf_counter() - start:.0f} s")
+    return losses[-1], counts, text
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is built here; nothing is downloaded
+    os.environ.setdefault("TORCH_NEURONX_FALLBACK", "error")  # zero CPU fallbacks, or the demo stops
     main()
