@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.requirements-stamp
 RT_BUILD := build/runtime-tests
 RT_CMAKE := -G Ninja -DNEURONX_BUILD_EXTENSION=OFF -DNEURONX_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all sysdeps venv install runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile conformance clean
+.PHONY: all sysdeps venv install runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile conformance hf-matrix clean
 
 all: install
 
@@ -67,6 +67,11 @@ bench-compile: install
 # conformance-report/; fails on a regression or a stale expected failure.
 conformance: install
 	$(PY) -P tests/conformance/harness.py --mode full --check --out conformance-report
+
+# Every transformers CausalLM architecture on neuron against CPU (long); report in
+# conformance-report/hf-matrix/. A sample of it runs in `make test`.
+hf-matrix: install
+	$(PY) -P tests/hf/matrix.py --out conformance-report/hf-matrix
 
 clean:
 	rm -rf build $(VENV)

@@ -51,6 +51,37 @@ def test_compiled_module_matches_eager_and_runs_async():
     assert all(c["sync"] == 0 and c["copy"] == 0 for c in counts.values())
 
 
+def test_each_compiled_call_is_one_task_on_the_stream():
+    m = mlp().to(N)
+    compiled = torch.compile(m, backend="neuron")
+    x = torch.randn(5, 8, device=N)
+    compiled(x)
+    torch.neuron.synchronize()
+    torch_neuronx.reset_op_counts()
+    before = torch_neuronx._C._tasks_submitted(-1)
+    for _ in range(4):
+        y = compiled(x)
+    assert torch_neuronx._C._tasks_submitted(-1) - before == 4
+    counts = torch_neuronx.op_counts()  # the kernels and the matmuls still ran, inside the programs
+    assert counts["neuron::compiled_kernel"]["async"] >= 4 and counts["aten::addmm.out"]["async"] == 8
+    torch.testing.assert_close(y, m(x))
+
+
+def test_a_failing_kernel_names_its_program_and_the_stream_goes_on():
+    def gather(w, i):
+        return (w[i] * 2).sum(1)
+
+    w = torch.randn(16, 8)
+    compiled = torch.compile(gather, backend="neuron")
+    bad = torch.tensor([1, 2, 40], device=N)
+    with pytest.raises(RuntimeError, match=r"'neuron::compiled_program' \(its task 'neuron::compiled_kernel'\).*"
+                                           r"index out of bounds"):
+        compiled(w.to(N), bad)
+        torch.neuron.synchronize()
+    good = torch.tensor([1, 2, 3])
+    torch.testing.assert_close(compiled(w.to(N), good.to(N)).cpu(), gather(w, good))
+
+
 def test_each_new_shape_is_a_new_program_and_says_why():
     m = mlp().to(N)
     compiled = torch.compile(m, backend="neuron")

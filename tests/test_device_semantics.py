@@ -81,3 +81,28 @@ def test_moe_token_counting_with_integer_histc():
     ids = torch.tensor([[0, 3], [3, 1], [2, 3]], dtype=torch.int64).flatten()
     counts = torch.histc(ids.to(N).int(), bins=4, min=0, max=3)
     assert counts.tolist() == [1, 1, 1, 3]
+
+
+@pytest.mark.filterwarnings("ignore:neuron. dtype")
+def test_lazy_conjugate_and_negative_views_read_like_cpu():
+    # Llama 4 and DeepSeek-V2 apply rotary embeddings in complex numbers; their backward multiplies
+    # by lazily conjugated views, which copies and matmuls read through the conj / neg bits.
+    torch.manual_seed(0)
+    a, b = torch.randn(4, 3, dtype=torch.cfloat), torch.randn(3, 5, dtype=torch.cfloat)
+    an, bn = a.to(N), b.to(N)
+    assert torch.equal(an.conj().cpu(), a.conj()) and torch.equal(an._neg_view().cpu(), a._neg_view())
+    torch.testing.assert_close((an.conj() @ bn.conj()).cpu(), a.conj() @ b.conj())
+    torch.testing.assert_close((an * bn[:, :1].T.conj()).cpu(), a * b[:, :1].T.conj())
+    out = torch.empty(4, 3, dtype=torch.cfloat, device=N)
+    out.copy_(an.conj())
+    assert torch.equal(out.cpu(), a.conj())
+
+    x = a.clone().requires_grad_()
+    torch.view_as_real(x * b[:, 0].conj()).pow(2).sum().backward()
+    torch_neuronx.reset_op_counts()
+    xn = an.clone().requires_grad_()
+    torch.view_as_real(xn * bn[:, 0].conj()).pow(2).sum().backward()
+    torch.testing.assert_close(xn.grad.cpu(), x.grad)
+    # view_as_real / view_as_complex are views: metadata on the host, the stream never waits
+    assert torch.view_as_complex(torch.view_as_real(an)).data_ptr() == an.data_ptr()
+    assert all(c["sync"] == 0 and c["copy"] == 0 for c in torch_neuronx.op_counts().values())

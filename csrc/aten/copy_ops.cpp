@@ -21,7 +21,8 @@ const bool described = (typed_op("aten::copy_", "a transfer: a copy task on the 
                          true);
 
 bool memcpy_able(const at::Tensor& a, const at::Tensor& b) {
-  return a.dtype() == b.dtype() && a.sizes() == b.sizes() && a.is_contiguous() && b.is_contiguous();
+  return a.dtype() == b.dtype() && a.sizes() == b.sizes() && a.is_contiguous() && b.is_contiguous() &&
+         a.is_conj() == b.is_conj() && a.is_neg() == b.is_neg();
 }
 
 // What a copy task holds of a host tensor: a view of it (the caller keeps the memory alive until

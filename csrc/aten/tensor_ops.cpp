@@ -8,6 +8,8 @@
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
@@ -172,7 +174,8 @@ const bool described = [] {
                          "aten::_efficientzerotensor"}) {
     typed_op(op, "allocation or metadata on the host; no kernel runs");
   }
-  for (const char* op : {"aten::as_strided", "aten::view", "aten::_reshape_alias", "aten::unfold"}) {
+  for (const char* op : {"aten::as_strided", "aten::view", "aten::_reshape_alias", "aten::unfold", "aten::view_as_real",
+                         "aten::view_as_complex"}) {
     typed_op(op, "a view: new metadata over the same device memory; no kernel runs");
   }
   typed_op("aten::record_stream", "allocator bookkeeping: the block waits for the stream's work before reuse");
@@ -191,6 +194,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("view", TORCH_FN(at::native::view));
   m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
   m.impl("unfold", TORCH_FN(at::native::unfold));
+  m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
+  m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
   m.impl("resize_", TORCH_FN(resize_));
   m.impl("set_.source_Storage", TORCH_FN(set_storage));
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage_offset));

@@ -28,9 +28,19 @@ c10::Storage cpu_storage_alias(const c10::Storage& s, c10::Allocator* allocator,
                       c10::DataPtr(const_cast<void*>(s.data()), c10::Device(c10::kCPU)), allocator, resizable);
 }
 
+namespace {
+at::Tensor with_bits(at::Tensor v, bool conj, bool neg) {
+  if (conj) v.unsafeGetTensorImpl()->_set_conj(true);
+  if (neg) v.unsafeGetTensorImpl()->_set_neg(true);
+  return v;
+}
+}  // namespace
+
 at::Tensor cpu_view(const at::Tensor& t) {
   if (!t.defined()) return t;
-  return make_cpu_tensor(cpu_storage_alias(t.storage()), t.dtype(), t.sizes(), t.strides(), t.storage_offset());
+  return with_bits(make_cpu_tensor(cpu_storage_alias(t.storage()), t.dtype(), t.sizes(), t.strides(),
+                                   t.storage_offset()),
+                   t.is_conj(), t.is_neg());
 }
 
 TensorDesc TensorDesc::of(const at::Tensor& t) {
@@ -44,6 +54,8 @@ TensorDesc TensorDesc::of(const at::Tensor& t) {
     d.scalar = t.item();
     return d;
   }
+  d.conj = t.is_conj();
+  d.neg = t.is_neg();
   d.base = const_cast<void*>(t.storage().data());
   d.nbytes = t.storage().nbytes();
   d.offset = t.storage_offset();
@@ -61,7 +73,8 @@ at::Tensor TensorDesc::view() const {
   }
   c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, c10::DataPtr(base, c10::Device(c10::kCPU)), nullptr,
                        /*resizable=*/false);
-  return make_cpu_tensor(std::move(storage), c10::scalarTypeToTypeMeta(dtype), sizes, strides, offset);
+  return with_bits(make_cpu_tensor(std::move(storage), c10::scalarTypeToTypeMeta(dtype), sizes, strides, offset),
+                   conj, neg);
 }
 
 bool TensorDesc::describes(const at::Tensor& v) const {

@@ -39,6 +39,9 @@ struct TensorDesc {
   bool defined = false;
   bool host_scalar = false;
   bool wrapped_number = false;
+  // The lazy conjugate / negative bits: ops that read them themselves (copy_, mm, ...) get them on
+  // the view, as the CPU kernel would.
+  bool conj = false, neg = false;
   c10::Scalar scalar;
   c10::SmallVector<int64_t, 5> sizes, strides;
 

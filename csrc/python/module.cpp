@@ -37,6 +37,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_synchronize", [](int d) {
     const auto device = d < 0 ? current_device() : d;
     for (neuronrt::Queue* q : checked([&] { return runtime().queues_of(device); })) {
+      checked([&] { q->submit_gathered(); });
       const uint64_t seq = q->last_submitted();
       for (;;) {
         bool done;
@@ -49,6 +50,17 @@ PYBIND11_MODULE(_C, m) {
       }
       checked([&] { q->raise_error_through(seq); });
     }
+  });
+  // A compiled graph's launches, gathered on the current stream and submitted as one task.
+  m.def("_program_begin", [](int d) {
+    checked([&] { current_queue(static_cast<c10::DeviceIndex>(d)).begin_program("neuron::compiled_program"); });
+  });
+  m.def("_program_end", [](int d) {
+    checked([&] { current_queue(static_cast<c10::DeviceIndex>(d)).end_program(); });
+  });
+  // Tasks submitted so far to the current stream of device `d` (tests count launches with it).
+  m.def("_tasks_submitted", [](int d) {
+    return checked([&] { return current_queue(static_cast<c10::DeviceIndex>(d)).last_submitted(); });
   });
   m.def("_shutdown", [] {
     if (!neuronrt::Runtime::in_forked_child()) runtime().shutdown();

@@ -65,6 +65,76 @@ constexpr auto kWaitSpin = std::chrono::microseconds(20);
 
 }  // namespace
 
+thread_local Queue::Program* Queue::program_ = nullptr;
+
+namespace {
+thread_local const char* tls_failed_task = nullptr;  // the task of a program that failed
+
+void add_time(const char* name, int64_t took) {
+  std::lock_guard<std::mutex> lock(g_times_mu);
+  auto& t = g_times()[name];
+  t.count++;
+  t.ns += static_cast<uint64_t>(took);
+}
+}  // namespace
+
+struct Queue::ProgramTask {
+  std::vector<Gathered> tasks;
+
+  explicit ProgramTask(std::vector<Gathered> t) : tasks(std::move(t)) {}
+  ProgramTask(ProgramTask&& o) noexcept : tasks(std::move(o.tasks)) { o.tasks.clear(); }
+  ProgramTask(const ProgramTask&) = delete;
+  ~ProgramTask() {
+    for (auto& t : tasks) t.destroy(t.fn);
+  }
+  void operator()() {
+    const bool timing = g_timing.load(std::memory_order_relaxed);
+    for (auto& t : tasks) {
+      const int64_t start = timing ? now_ns() : 0;
+      if (g_prologue) g_prologue();
+      try {
+        t.call(t.fn);
+      } catch (...) {
+        tls_failed_task = t.name;
+        throw;
+      }
+      if (timing) add_time(t.name, now_ns() - start);
+    }
+  }
+};
+
+void Queue::begin_program(const char* name) {
+  if (opts_.blocking) return;
+  if (program_ != nullptr) {
+    if (program_->queue != this) {
+      throw std::logic_error("neuron: a program is already open on " + program_->queue->name() +
+                             "; one program per thread at a time");
+    }
+    program_->depth++;
+    return;
+  }
+  auto* p = new Program();
+  p->queue = this;
+  p->name = name;
+  p->depth = 1;
+  program_ = p;
+}
+
+void Queue::end_program() {
+  if (program_ == nullptr || program_->queue != this) return;
+  if (--program_->depth > 0) return;
+  std::unique_ptr<Program> p(program_);
+  program_ = nullptr;
+  if (!p->tasks.empty()) submit_now(p->name, ProgramTask(std::move(p->tasks)));
+}
+
+void Queue::submit_gathered() {
+  if (program_ == nullptr || program_->queue != this || program_->tasks.empty()) return;
+  std::vector<Gathered> tasks;
+  tasks.swap(program_->tasks);
+  submit_now(program_->name, ProgramTask(std::move(tasks)));
+}
+
 void Queue::set_thread_init_hook(std::function<void()> hook) { thread_init_hook() = std::move(hook); }
 
 Queue* Queue::current() { return tls_current; }
@@ -143,8 +213,9 @@ uint64_t Queue::publish_locked(std::unique_lock<std::mutex>& lock) {
 
 void Queue::run_sync(const char* name, const std::function<void()>& fn) {
   std::exception_ptr own;
+  submit_gathered();
   // The task runs while this frame waits for it, so it may hold references into the frame.
-  const uint64_t seq = submit(name, [&fn, &own] {
+  const uint64_t seq = submit_now(name, [&fn, &own] {
     try {
       fn();
     } catch (...) {
@@ -206,18 +277,18 @@ void Queue::run_task(Slot& slot, uint64_t seq) {
   }
   // Captures are released before the task counts as done.
   slot.destroy(slot.storage);
-  if (timing) {
-    const int64_t took = now_ns() - start;
-    std::lock_guard<std::mutex> lock(g_times_mu);
-    auto& t = g_times()[slot.name];
-    t.count++;
-    t.ns += static_cast<uint64_t>(took);
-  }
+  if (timing) add_time(slot.name, now_ns() - start);
 }
 
 void Queue::record_error(uint64_t seq, const char* name, std::exception_ptr error) {
-  std::string what = "neuron: task '" + std::string(name ? name : "?") + "' failed on " + opts_.name + ": " +
-                     describe(error);
+  std::string task = name ? name : "?";
+  if (tls_failed_task != nullptr) {
+    task += "' (its task '" + std::string(tls_failed_task) + "')";
+    tls_failed_task = nullptr;
+  } else {
+    task += "'";
+  }
+  std::string what = "neuron: task '" + task + " failed on " + opts_.name + ": " + describe(error);
   std::lock_guard<std::mutex> lock(mu_);
   if (!error_) {
     error_seq_ = seq;
@@ -275,16 +346,21 @@ bool Queue::wait_for(uint64_t seq, std::chrono::microseconds timeout) const {
 }
 
 void Queue::synchronize() {
+  submit_gathered();
   wait_for(last_submitted());
   raise_pending_error();
 }
 
-bool Queue::query() const { return is_complete(last_submitted()); }
+bool Queue::query() {
+  submit_gathered();
+  return is_complete(last_submitted());
+}
 
 void Event::record(Queue& queue) {
   auto stamp = std::make_shared<std::atomic<int64_t>>(0);
   const bool timing = timing_;
-  seq_ = queue.submit("event_record", [stamp, timing] {
+  queue.submit_gathered();
+  seq_ = queue.submit_now("event_record", [stamp, timing] {
     if (timing) stamp->store(now_ns(), std::memory_order_release);
   });
   queue_ = &queue;

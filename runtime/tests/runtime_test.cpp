@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -230,6 +231,102 @@ TEST(Queue, LargeCapturesSpillToTheHeap) {
   q.submit("big", [big, &seen] { seen = big[4095]; });
   q.synchronize();
   EXPECT_EQ(seen, 7);
+}
+
+TEST(Program, GathersTasksIntoOneInOrder) {
+  Queue q({"prog", false, nullptr, nullptr});
+  std::vector<int> order;
+  const uint64_t before = q.last_submitted();
+  q.begin_program("neuron::program");
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(q.submit("k", [&order, i] { order.push_back(i); }), 0u);
+  q.begin_program("nested");  // belongs to the outer program
+  q.submit("k", [&order] { order.push_back(5); });
+  q.end_program();
+  EXPECT_EQ(q.last_submitted(), before);  // nothing reached the queue yet
+  q.end_program();
+  EXPECT_EQ(q.last_submitted(), before + 1);  // one task for the whole program
+  q.synchronize();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4, 5}));
+}
+
+TEST(Program, WaitersSeeGatheredWork) {
+  Queue q({"prog", false, nullptr, nullptr});
+  std::atomic<int> x{0};
+  q.begin_program("p");
+  q.submit("set", [&x] { x = 1; });
+  int seen = -1;
+  q.run_sync("read", [&] { seen = x.load(); });  // submits what was gathered first
+  EXPECT_EQ(seen, 1);
+  q.submit("set", [&x] { x = 2; });
+  Event e;
+  e.record(q);  // the event comes after the gathered task
+  e.synchronize();
+  EXPECT_EQ(x.load(), 2);
+  q.submit("set", [&x] { x = 3; });
+  q.synchronize();
+  EXPECT_EQ(x.load(), 3);
+  q.submit("set", [&x] { x = 4; });
+  while (!q.query()) std::this_thread::yield();
+  EXPECT_EQ(x.load(), 4);
+  q.end_program();
+}
+
+TEST(Program, FirstFailureStopsItAndIsNamed) {
+  Queue q({"neuron:0 stream 0", false, nullptr, nullptr});
+  bool after = false;
+  q.begin_program("neuron::program");
+  q.submit("kernel_3", [] { throw std::out_of_range("index 9"); });
+  q.submit("kernel_4", [&] { after = true; });
+  q.end_program();
+  try {
+    q.synchronize();
+    FAIL();
+  } catch (const TaskError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("neuron::program"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("kernel_3"), std::string::npos) << msg;
+    EXPECT_THROW(std::rethrow_exception(e.cause()), std::out_of_range);
+  }
+  EXPECT_FALSE(after);
+  int x = 0;
+  q.submit("ok", [&] { x = 7; });
+  q.synchronize();
+  EXPECT_EQ(x, 7);
+}
+
+TEST(Program, OtherQueuesAndThreadsAreNotGathered) {
+  Queue a({"a", false, nullptr, nullptr});
+  Queue b({"b", false, nullptr, nullptr});
+  a.begin_program("p");
+  EXPECT_GT(b.submit("direct", [] {}), 0u);
+  uint64_t other = 0;
+  std::thread t([&] { other = a.submit("other thread", [] {}); });
+  t.join();
+  EXPECT_GT(other, 0u);
+  EXPECT_THROW(b.begin_program("second"), std::logic_error);
+  a.end_program();
+  a.synchronize();
+  b.synchronize();
+}
+
+TEST(Program, BlockingQueuesGatherNothing) {
+  Queue q({"blocking", true, nullptr, nullptr});
+  int x = 0;
+  q.begin_program("p");
+  EXPECT_GT(q.submit("set", [&] { x = 1; }), 0u);
+  EXPECT_EQ(x, 1);
+  q.end_program();
+}
+
+TEST(Program, MoveOnlyCapturesAreReleasedWhenItRuns) {
+  Queue q({"prog", false, nullptr, nullptr});
+  auto token = std::make_shared<int>(1);
+  std::weak_ptr<int> watch = token;
+  q.begin_program("p");
+  q.submit("hold", [u = std::make_unique<int>(2), t = std::move(token)] { (void)*u; });
+  q.end_program();
+  q.synchronize();
+  EXPECT_TRUE(watch.expired());
 }
 
 TEST(Event, OrdersTwoQueues) {

@@ -8,8 +8,9 @@ How a graph becomes a neuron program:
    back after the call).
 3. Inductor lowers each graph; its C++ code generator writes the kernels for the software
    NeuronCore (compile/inductor.py) and its wrapper plans the buffers, reusing them by liveness.
-4. Each call launches the program's kernels as tasks on the current stream (extern kernels such as
-   matmul are neuron ops): asynchronous, ordered with eager ops, never touching device memory
+4. Each call is one task on the current stream: the wrapper's kernel launches and extern kernels
+   (matmul and the like are neuron ops) are gathered into a program that the queue runs as a unit
+   (inductor.program_call): asynchronous, ordered with eager ops, never touching device memory
    from the host.
 5. Compiled programs (kernels and graphs) are cached on disk under TORCH_NEURONX_CACHE_DIR, keyed
    by the graph, input shapes/dtypes/strides, the compiler versions and flags, and the device

@@ -1,8 +1,9 @@
 """The disk cache of compiled neuron programs.
 
 Layout: TORCH_NEURONX_CACHE_DIR (default: $XDG_CACHE_HOME/torch_neuronx, else ~/.cache/torch_neuronx)
-holds one folder per compiler identity — torch_neuronx version, torch version and device profile —
-so a program is only ever reused by the compiler and device it was built for. Inside, Inductor's
+holds one folder per compiler identity — torch_neuronx version and a hash of its code generator's
+sources, torch version, device profile — so a program is only ever reused by the compiler and
+device it was built for. Inside, Inductor's
 caches: the AOTAutograd results and graphs (keyed by the graph, the input shapes, dtypes and
 strides, and every compiler flag) and the compiled kernels (keyed by their source).
 - Writes are atomic: an entry is written to a temporary file and renamed into place, so a reader
@@ -14,6 +15,7 @@ strides, and every compiler flag) and the compiled kernels (keyed by their sourc
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 
@@ -33,11 +35,23 @@ def root() -> str:
     return os.path.join(base, "torch_neuronx")
 
 
+def _codegen_fingerprint() -> str:
+    """A hash of the sources that shape the generated code: a changed code generator must not
+    reuse programs written by the old one, even under the same version number."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    digest = hashlib.sha256()
+    for path in sorted([os.path.join(here, n) for n in os.listdir(here) if n.endswith(".py")] +
+                       [os.path.join(os.path.dirname(here), "_patches.py")]):
+        with open(path, "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()[:10]
+
+
 def directory() -> str:
-    """The folder of this compiler identity (versions and device profile)."""
+    """The folder of this compiler identity (versions, code generator and device profile)."""
     profile = torch.neuron.runtime_config()["profile"]
     torch_version = torch.__version__.replace("+", "_")
-    return os.path.join(root(), f"neuronx-{__version__}-torch-{torch_version}-{profile}")
+    return os.path.join(root(), f"neuronx-{__version__}-{_codegen_fingerprint()}-torch-{torch_version}-{profile}")
 
 
 _MARK = "_TORCH_NEURONX_INDUCTOR_CACHE_DIR"  # what this package set, inherited by child processes

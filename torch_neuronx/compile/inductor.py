@@ -54,6 +54,24 @@ def neuron_cpp_kernel(async_compile, argtypes: list, source: str, name: str = "k
     return NeuronCppKernel(async_compile, name, argtypes, source)
 
 
+def program_call(call, device: int = -1):
+    """`call` (a compiled graph's launcher) with everything it launches on the stream gathered into
+    one task: the program runs on the device as a unit, as a NEFF does on Trainium, and costs the
+    queue one hand-off per call instead of one per kernel. A wait inside it (a sync op, an event)
+    first submits what is gathered, so it never hides work from a waiter."""
+    begin, end = _C._program_begin, _C._program_end
+
+    def run_program(args):
+        begin(device)
+        try:
+            return call(args)
+        finally:
+            end(device)
+
+    run_program.__wrapped__ = call
+    return run_program
+
+
 class _KernelEngineProperties:
     """What Inductor's heuristics read of a device: the software NeuronCore's kernels run on the
     host's cores."""
@@ -173,7 +191,16 @@ def _register() -> None:
 
         def write_header(self) -> None:
             super().write_header()
-            self.imports.writeline("from torch_neuronx.compile.inductor import neuron_cpp_kernel")
+            self.imports.writeline("from torch_neuronx.compile.inductor import neuron_cpp_kernel, program_call")
+
+        def generate_end(self, result) -> None:
+            from torch._inductor.virtualized import V
+
+            super().generate_end(result)
+            if "neuron" in V.graph.device_types:
+                idxs = [i for i in V.graph.device_idxs if i is not None]
+                device = idxs[0] if len(idxs) == 1 else -1
+                result.writeline(f"{self.launcher_fn_name} = program_call({self.launcher_fn_name}, {device})")
 
         def define_kernel(self, kernel_name, kernel_body, metadata=None, gpu=True, cpp_definition=None):
             prefix = "async_compile.cpp_pybinding("

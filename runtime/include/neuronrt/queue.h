@@ -53,24 +53,28 @@ class Queue {
   Queue& operator=(const Queue&) = delete;
 
   // `name` must outlive the task (an operator name or a literal). Returns the task's sequence
-  // number; a task that throws records its error, which the next synchronizing call raises.
+  // number, or 0 when the task joins the calling thread's open program (it gets its position when
+  // the program is submitted); a task that throws records its error, which the next synchronizing
+  // call raises.
   template <class F>
   uint64_t submit(const char* name, F&& fn) {
-    using T = std::decay_t<F>;
-    std::unique_lock<std::mutex> lock(submit_mu_);
-    Slot& slot = reserve_locked();
-    if constexpr (sizeof(T) <= kInlineBytes && alignof(T) <= alignof(std::max_align_t)) {
-      new (slot.storage) T(std::forward<F>(fn));
-      slot.call = [](void* p) { (*static_cast<T*>(p))(); };
-      slot.destroy = [](void* p) { static_cast<T*>(p)->~T(); };
-    } else {
-      *reinterpret_cast<T**>(slot.storage) = new T(std::forward<F>(fn));
-      slot.call = [](void* p) { (**static_cast<T**>(p))(); };
-      slot.destroy = [](void* p) { delete *static_cast<T**>(p); };
+    if (program_ != nullptr && program_->queue == this) {
+      program_->add(name, std::forward<F>(fn));
+      return 0;
     }
-    slot.name = name;
-    return publish_locked(lock);
+    return submit_now(name, std::forward<F>(fn));
   }
+
+  // A program: the tasks one thread submits to this queue between begin_program and end_program
+  // run as ONE task, in order — a compiled graph launched as a unit, as a NEFF is on Trainium. The
+  // first failing task ends the program and its error names that task. Whatever needs the queue's
+  // position — run_sync, synchronize, query, an event — first submits the tasks gathered so far,
+  // so a program never hides work from a waiter. One program per thread at a time: a nested pair
+  // belongs to the outer program. A launch-blocking queue gathers nothing (each task waits).
+  void begin_program(const char* name);
+  void end_program();
+  // Submits the calling thread's gathered tasks for this queue now (nothing if there are none).
+  void submit_gathered();
 
   // Runs `fn` as the queue's next task and waits for it: for work whose results the host needs
   // at once. Like every task it runs in queue order, so no other task of this queue overlaps it,
@@ -82,7 +86,7 @@ class Queue {
   void shutdown();
 
   void synchronize();                 // all submitted work; raises a recorded error
-  bool query() const;                 // true when all submitted work has finished
+  bool query();                       // true when all submitted work has finished
   void wait_for(uint64_t seq) const;  // until task `seq` has finished (no error check)
   // Like wait_for, giving up after `timeout`; true when the task has finished.
   bool wait_for(uint64_t seq, std::chrono::microseconds timeout) const;
@@ -120,6 +124,51 @@ class Queue {
   static void reset_task_times();
 
  private:
+  friend class Event;
+
+  // A task gathered into a program: its captures on the heap, called and destroyed by type-erased
+  // functions like a slot's.
+  struct Gathered {
+    void* fn;
+    void (*call)(void*);
+    void (*destroy)(void*);
+    const char* name;
+  };
+  struct Program {
+    Queue* queue = nullptr;
+    const char* name = nullptr;
+    int depth = 0;
+    std::vector<Gathered> tasks;
+    template <class F>
+    void add(const char* task_name, F&& f) {
+      using T = std::decay_t<F>;
+      tasks.reserve(16);
+      auto* p = new T(std::forward<F>(f));
+      tasks.push_back({p, [](void* q) { (*static_cast<T*>(q))(); }, [](void* q) { delete static_cast<T*>(q); },
+                       task_name});
+    }
+  };
+  static thread_local Program* program_;
+  struct ProgramTask;  // the one task a program becomes
+
+  template <class F>
+  uint64_t submit_now(const char* name, F&& fn) {
+    using T = std::decay_t<F>;
+    std::unique_lock<std::mutex> lock(submit_mu_);
+    Slot& slot = reserve_locked();
+    if constexpr (sizeof(T) <= kInlineBytes && alignof(T) <= alignof(std::max_align_t)) {
+      new (slot.storage) T(std::forward<F>(fn));
+      slot.call = [](void* p) { (*static_cast<T*>(p))(); };
+      slot.destroy = [](void* p) { static_cast<T*>(p)->~T(); };
+    } else {
+      *reinterpret_cast<T**>(slot.storage) = new T(std::forward<F>(fn));
+      slot.call = [](void* p) { (**static_cast<T**>(p))(); };
+      slot.destroy = [](void* p) { delete *static_cast<T**>(p); };
+    }
+    slot.name = name;
+    return publish_locked(lock);
+  }
+
   struct Slot {
     alignas(std::max_align_t) unsigned char storage[kInlineBytes];
     void (*call)(void*) = nullptr;
