@@ -65,7 +65,10 @@ constexpr auto kWaitSpin = std::chrono::microseconds(20);
 
 }  // namespace
 
-thread_local Queue::Program* Queue::program_ = nullptr;
+Queue::Program*& Queue::program() {
+  thread_local Program* open = nullptr;
+  return open;
+}
 
 namespace {
 thread_local const char* tls_failed_task = nullptr;  // the task of a program that failed
@@ -105,34 +108,37 @@ struct Queue::ProgramTask {
 
 void Queue::begin_program(const char* name) {
   if (opts_.blocking) return;
-  if (program_ != nullptr) {
-    if (program_->queue != this) {
-      throw std::logic_error("neuron: a program is already open on " + program_->queue->name() +
+  Program*& open = program();
+  if (open != nullptr) {
+    if (open->queue != this) {
+      throw std::logic_error("neuron: a program is already open on " + open->queue->name() +
                              "; one program per thread at a time");
     }
-    program_->depth++;
+    open->depth++;
     return;
   }
   auto* p = new Program();
   p->queue = this;
   p->name = name;
   p->depth = 1;
-  program_ = p;
+  open = p;
 }
 
 void Queue::end_program() {
-  if (program_ == nullptr || program_->queue != this) return;
-  if (--program_->depth > 0) return;
-  std::unique_ptr<Program> p(program_);
-  program_ = nullptr;
+  Program*& open = program();
+  if (open == nullptr || open->queue != this) return;
+  if (--open->depth > 0) return;
+  std::unique_ptr<Program> p(open);
+  open = nullptr;
   if (!p->tasks.empty()) submit_now(p->name, ProgramTask(std::move(p->tasks)));
 }
 
 void Queue::submit_gathered() {
-  if (program_ == nullptr || program_->queue != this || program_->tasks.empty()) return;
+  Program* open = program();
+  if (open == nullptr || open->queue != this || open->tasks.empty()) return;
   std::vector<Gathered> tasks;
-  tasks.swap(program_->tasks);
-  submit_now(program_->name, ProgramTask(std::move(tasks)));
+  tasks.swap(open->tasks);
+  submit_now(open->name, ProgramTask(std::move(tasks)));
 }
 
 void Queue::set_thread_init_hook(std::function<void()> hook) { thread_init_hook() = std::move(hook); }

@@ -58,8 +58,8 @@ class Queue {
   // call raises.
   template <class F>
   uint64_t submit(const char* name, F&& fn) {
-    if (program_ != nullptr && program_->queue == this) {
-      program_->add(name, std::forward<F>(fn));
+    if (Program* p = program(); p != nullptr && p->queue == this) {
+      p->add(name, std::forward<F>(fn));
       return 0;
     }
     return submit_now(name, std::forward<F>(fn));
@@ -148,7 +148,9 @@ class Queue {
                        task_name});
     }
   };
-  static thread_local Program* program_;
+  // The calling thread's open program. A function, not a thread_local member read in this
+  // header: the TLS access then lives in one translation unit (sanitizers misread the other).
+  static Program*& program();
   struct ProgramTask;  // the one task a program becomes
 
   template <class F>
