@@ -1,5 +1,6 @@
 """Device behaviours users rely on, each against CPU/CUDA semantics: parameters keep their identity
 across .to(), errors keep their kind, CUDA's dtype support where models depend on it."""
+import copy
 import os
 
 import pytest
@@ -106,3 +107,44 @@ def test_lazy_conjugate_and_negative_views_read_like_cpu():
     # view_as_real / view_as_complex are views: metadata on the host, the stream never waits
     assert torch.view_as_complex(torch.view_as_real(an)).data_ptr() == an.data_ptr()
     assert all(c["sync"] == 0 and c["copy"] == 0 for c in torch_neuronx.op_counts().values())
+
+
+@pytest.mark.parametrize("cls,kw", [(torch.nn.LSTM, dict(num_layers=2)), (torch.nn.GRU, dict(bidirectional=True)),
+                                    (torch.nn.LSTM, dict(bias=False, batch_first=True)), (torch.nn.LSTMCell, {}),
+                                    (torch.nn.GRUCell, {})])
+def test_recurrent_layers_train_like_cpu(cls, kw):
+    # ATen's RNN code calls the fused cell kernels on every accelerator; neuron has its own.
+    torch.manual_seed(0)
+    cpu = cls(4, 8, **kw)
+    dev = copy.deepcopy(cpu).to(N)
+    x = torch.randn(5, 3, 4) if "Cell" not in cls.__name__ else torch.randn(3, 4)
+    torch_neuronx.reset_op_counts()
+    outs = [cpu(x), dev(x.to(N))]
+    for out in outs:
+        y = out[0] if isinstance(out, tuple) else out
+        y.pow(2).sum().backward()
+    y_cpu, y_dev = (o[0] if isinstance(o, tuple) else o for o in outs)
+    torch.testing.assert_close(y_dev.cpu(), y_cpu)
+    for p, q in zip(cpu.parameters(), dev.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad)
+    assert all(c["sync"] == 0 and c["copy"] == 0 for c in torch_neuronx.op_counts().values())
+
+
+def test_outputs_and_inplace_selves_are_checked_at_the_call_as_on_cpu():
+    x = torch.randn(4, device=N)
+    for write in (lambda: torch.std(x, out=torch.empty(())), lambda: torch.acos(x, out=torch.empty(4)),
+                  lambda: torch.add(x, 1, out=torch.empty(()))):
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+            write()
+    m = torch.randn(2, 2, device=N)
+    for name, args in (("addmm_", (m, m)), ("addmv_", (m, m[0])),
+                       ("baddbmm_", (m.expand(2, 2, 2), m.expand(2, 2, 2)))):
+        for dev in ("cpu", N):
+            self = torch.zeros(1, device=dev)
+            with pytest.raises(RuntimeError, match="Bad in-place call"):
+                getattr(self, name)(*(a.to(dev) for a in args))
+            assert self.shape == (1,)
+    s = torch.zeros(1, device=N)
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        s.add_(m)
+    assert s.shape == (1,) and s.cpu().item() == 0

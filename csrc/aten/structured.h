@@ -127,6 +127,7 @@ struct FunctionalOp final : Meta {
 template <class Meta, size_t N>
 struct OutOp final : Meta {
   std::array<std::reference_wrapper<const at::Tensor>, N> outputs_;
+  bool inplace_ = false;  // the output is the op's self: it is never resized (CPU's rule)
   template <class... Ts>
   explicit OutOp(const Ts&... outs) : outputs_{std::cref(outs)...} {}
   const at::Tensor& maybe_get_output(int64_t i) override { return outputs_[i].get(); }
@@ -136,7 +137,9 @@ struct OutOp final : Meta {
     TORCH_CHECK(options.dtype() == out.dtype(), "Expected out tensor to have dtype ", options.dtype(),
                 ", but got ", out.dtype(), " instead");
     TORCH_CHECK(out.device().type() == kNeuron, "Expected out tensor to be on neuron, but got ", out.device());
-    if (at::native::resize_output(out, sizes)) {
+    TORCH_CHECK(!inplace_ || out.sizes() == sizes, "Bad in-place call: input tensor size ", out.sizes(),
+                " and output tensor size ", sizes, " should match");
+    if (!inplace_ && at::native::resize_output(out, sizes)) {
       if (!strides.empty()) {
         out.as_strided_(sizes, strides);
       } else if (options.memory_format_opt().has_value()) {
@@ -215,6 +218,7 @@ std::array<at::Tensor, N> structured_functional(OpRecord& rec, Kernel kernel, co
 template <class Meta, class Kernel, class... Args>
 at::Tensor& structured_inplace(OpRecord& rec, Kernel kernel, at::Tensor& self, const Args&... args) {
   OutOp<Meta, 1> op(self);
+  op.inplace_ = true;
   const auto device = check_args(rec.name.c_str(), self, args...);
   op.meta(self, meta_arg(args)...);
   rec.count(Mode::kAsync);

@@ -21,6 +21,13 @@ void DeviceCheck::add(const at::TensorBase& t) {
   }
 }
 
+void DeviceCheck::add_written(const at::TensorBase& t) {
+  TORCH_CHECK(!t.defined() || t.device().type() == kNeuron,
+              "Expected all tensors to be on the same device, but found at least two devices, neuron and ",
+              t.device(), "! (in ", op_, ": the tensor it writes is on ", t.device(), ")");
+  add(t);
+}
+
 c10::DeviceIndex check_devices(const char* op, c10::ArrayRef<const at::TensorBase*> tensors) {
   DeviceCheck check(op);
   for (const auto* t : tensors) check.add(*t);

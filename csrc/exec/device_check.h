@@ -12,6 +12,9 @@ class DeviceCheck {
  public:
   explicit DeviceCheck(const char* op) : op_(op) {}
   void add(const at::TensorBase& t);
+  // An argument the op writes: a neuron tensor on the same device, never a CPU scalar (CUDA's
+  // TensorIterator rule: host scalars are inputs only).
+  void add_written(const at::TensorBase& t);
   c10::DeviceIndex device() const { return device_; }
 
  private:

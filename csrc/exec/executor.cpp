@@ -1,5 +1,6 @@
 #include "exec/executor.h"
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/util/Exception.h>
@@ -39,11 +40,15 @@ WorkerWarnings& worker_warnings() {
 // The software NeuronCore's engines are the host's cores, and the host's thread needs one of them
 // while it runs Python. A kernel team as wide as every core would wait on that thread at each
 // barrier, so a kernel uses every core only while the host waits for the device, and one fewer
-// otherwise (at least one).
+// otherwise (at least one). The width decides how ATen splits a reduction, so it can change the
+// last bits of a result from run to run; with torch.use_deterministic_algorithms(True) it stays
+// fixed and runs repeat bit for bit.
 int g_cores = 0;
 void size_kernel_team() {
   thread_local int width = 0;
-  const int want = neuronrt::Queue::host_threads_waiting() > 0 ? g_cores : std::max(1, g_cores - 1);
+  const bool adaptive = !at::globalContext().deterministicAlgorithms();
+  const int want =
+      adaptive && neuronrt::Queue::host_threads_waiting() > 0 ? g_cores : std::max(1, g_cores - 1);
   if (want != width) {
     omp_set_num_threads(want);
     width = want;

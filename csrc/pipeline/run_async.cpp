@@ -254,6 +254,9 @@ void size_written_args(const c10::FunctionSchema& schema, c10::IValue* args, con
       const OutputMeta& m = answer.written[k++];
       if (!t.defined() || !m.defined) return;
       if (t.sizes() == c10::IntArrayRef(m.sizes)) return;
+      // Only out= arguments resize; an in-place op's self keeps its shape (CPU's rule).
+      TORCH_CHECK(schema.arguments()[i].is_out(), "Bad in-place call: input tensor size ", t.sizes(),
+                  " and output tensor size ", c10::IntArrayRef(m.sizes), " should match");
       at::native::resize_output(t, m.sizes);
       if (!same_layout(t.sizes(), t.strides(), m.sizes, m.strides)) t.as_strided_(m.sizes, m.strides);
     });
@@ -283,7 +286,9 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
   bool host_tensor = false;
   int64_t numel = 0;
   c10::DeviceIndex device_arg = -1;
+  bool written = false;
   const auto visit = [&](const at::Tensor& t) {
+    if (written) check.add_written(t);
     if (t.defined() && !is_neuron(t) && !(t.device().is_cpu() && t.dim() == 0)) {
       host_tensor = true;
       return;
@@ -294,6 +299,7 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
   };
   for (size_t i = 0; i < nargs; ++i) {
     const c10::IValue& a = args[i];
+    written = is_written(schema, i);
     if (a.isOptionalTensorList()) {
       const auto list = a.toOptionalTensorList();
       key.add_value(static_cast<int64_t>(list.size()));

@@ -111,7 +111,10 @@ void run_op_sync(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stack
   DeviceCheck check(rec.name.c_str());
   c10::IValue* args = stack->data() + (stack->size() - nargs);
   for (size_t i = 0; i < nargs; ++i) {
+    const auto& info = schema.arguments()[i].alias_info();
+    const bool written = info && info->isWrite();
     for_each_tensor(args[i], [&](const at::Tensor& t) {
+      if (written) check.add_written(t);
       check.add(t);
       if (is_neuron(t)) tr.numel += t.numel();
     });
