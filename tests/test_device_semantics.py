@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import torch_neuronx  # noqa: F401
+from conftest import run_python
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 N = "neuron"
@@ -148,3 +149,22 @@ def test_outputs_and_inplace_selves_are_checked_at_the_call_as_on_cpu():
     with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
         s.add_(m)
     assert s.shape == (1,) and s.cpu().item() == 0
+
+
+def test_device_capability_lists_the_dtypes_a_neuron_tensor_can_have():
+    dtypes = torch.accelerator.get_device_capability(N)["supported_dtypes"]
+    assert {torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.bool} <= dtypes
+    assert torch.qint8 not in dtypes and torch.float64 in dtypes  # the software device runs float64
+    r = run_python("import torch, torch_neuronx\nd = torch.accelerator.get_device_capability('neuron')"
+                   "['supported_dtypes']\nprint(torch.float64 in d, torch.complex64 in d, torch.bfloat16 in d)",
+                   {"TORCH_NEURONX_STRICT": "1"})
+    assert r.stdout.split() == ["False", "False", "True"], r.stderr[-2000:]
+
+
+def test_autocast_defaults_to_bfloat16_with_cuda_policy_lists():
+    a = torch.randn(4, 4, device=N)
+    assert torch.get_autocast_dtype(N) == torch.bfloat16
+    with torch.autocast(N):
+        assert torch.mm(a, a).dtype == torch.bfloat16  # lower-precision list
+        assert torch.softmax(a, 0).dtype == torch.float32  # fp32 list
+        assert torch.dot(a[0], a[1]).dtype == torch.float32  # on neither list: left alone

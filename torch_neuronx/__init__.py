@@ -50,6 +50,11 @@ if not hasattr(torch, "neuron"):
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
 
+# torch.autocast("neuron") without a dtype runs in bfloat16, Trainium's native low precision
+# (PyTorch's built-in default for a PrivateUse1 device is float16). The setting is per thread in
+# PyTorch; this sets it for the importing thread, where training loops run.
+torch.set_autocast_dtype("neuron", torch.bfloat16)
+
 from . import _patches  # noqa: E402
 
 _patches.install()

@@ -4,6 +4,7 @@
 
 #include "core/allocator.h"
 #include "core/device.h"
+#include "core/storage.h"
 
 namespace torch_neuronx {
 namespace {
@@ -40,6 +41,17 @@ struct NeuronGuardImpl final : c10::impl::DeviceGuardImplInterface {
     auto old = current_stream(s.device_index());
     set_current_stream(s);
     return old;
+  }
+
+  // torch.accelerator.get_device_capability: the dtypes a neuron tensor can have. No quantized
+  // types (there are no quantized neuron kernels).
+  c10::DeviceCapability getDeviceCapability(c10::Device) const override {
+    c10::DeviceCapability cap;
+    for (int i = 0; i < static_cast<int>(c10::NumScalarTypes); ++i) {
+      const auto t = static_cast<c10::ScalarType>(i);
+      if (c10::isQIntType(t) || !dtype_allowed(t)) cap.capability_data.capability_bits &= ~(1ULL << i);
+    }
+    return cap;
   }
 
   c10::DeviceIndex deviceCount() const noexcept override {

@@ -21,6 +21,10 @@ std::atomic<bool> warned_f64{false}, warned_complex{false};
 
 }  // namespace
 
+bool dtype_allowed(c10::ScalarType dtype) {
+  return !strict_mode() || (dtype != c10::kDouble && !c10::isComplexType(dtype));
+}
+
 void check_trainium_dtype(c10::ScalarType dtype) {
   const bool f64 = dtype == c10::kDouble;
   const bool cplx = c10::isComplexType(dtype);

@@ -17,6 +17,9 @@ at::Tensor empty_neuron(c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::S
                         c10::DeviceIndex device);
 at::Tensor empty_neuron(c10::IntArrayRef sizes, c10::ScalarType dtype, c10::DeviceIndex device,
                         c10::MemoryFormat format = c10::MemoryFormat::Contiguous);
+// Whether tensors of `dtype` may live on neuron: all but float64 and complex under
+// TORCH_NEURONX_STRICT=1 (Trainium has neither), all otherwise.
+bool dtype_allowed(c10::ScalarType dtype);
 void check_trainium_dtype(c10::ScalarType dtype);
 
 inline bool is_neuron(const at::TensorBase& t) { return t.defined() && t.device().type() == kNeuron; }
