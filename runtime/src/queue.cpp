@@ -1,6 +1,7 @@
 #include "neuronrt/queue.h"
 
 #include <chrono>
+#include <deque>
 #include <map>
 #include <stdexcept>
 
@@ -66,8 +67,17 @@ constexpr auto kWaitSpin = std::chrono::microseconds(20);
 }  // namespace
 
 Queue::Program*& Queue::program() {
-  thread_local Program* open = nullptr;
-  return open;
+  // A thread that ends with a program open closes it, so the worker running it is not left
+  // waiting for tasks that will never come.
+  struct Holder {
+    Program* p = nullptr;
+    ~Holder() {
+      if (p != nullptr) p->close();
+      delete p;
+    }
+  };
+  thread_local Holder open;
+  return open.p;
 }
 
 namespace {
@@ -81,30 +91,99 @@ void add_time(const char* name, int64_t took) {
 }
 }  // namespace
 
-struct Queue::ProgramTask {
-  std::vector<Gathered> tasks;
-
-  explicit ProgramTask(std::vector<Gathered> t) : tasks(std::move(t)) {}
-  ProgramTask(ProgramTask&& o) noexcept : tasks(std::move(o.tasks)) { o.tasks.clear(); }
-  ProgramTask(const ProgramTask&) = delete;
-  ~ProgramTask() {
+struct Queue::Segment {
+  Queue* queue = nullptr;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Gathered> tasks;     // pushed by the host thread, taken by the worker
+  std::atomic<bool> closed{false};  // written under mu; the worker's spin reads it without
+  bool worker_waiting = false;      // under mu: whether a push must wake the worker
+  std::atomic<size_t> pushed{0};  // what the worker's spin reads without the lock
+  ~Segment() {
     for (auto& t : tasks) t.destroy(t.fn);
   }
+};
+
+struct Queue::ProgramTask {
+  std::shared_ptr<Segment> seg;
+
+  // The next task of the run, or false once the run is closed and drained (or the queue stops).
+  bool take(Gathered* out, size_t taken) {
+    const auto spin_until = std::chrono::steady_clock::now() + kWorkerSpin;
+    while (seg->pushed.load(std::memory_order_acquire) == taken && !seg->closed.load(std::memory_order_acquire) &&
+           std::chrono::steady_clock::now() < spin_until) {
+      std::this_thread::yield();
+    }
+    std::unique_lock<std::mutex> lock(seg->mu);
+    while (seg->tasks.empty() && !seg->closed) {
+      if (seg->queue->stop_.load()) return false;  // shutting down with a run left open
+      seg->worker_waiting = true;
+      seg->cv.wait_for(lock, std::chrono::milliseconds(10));
+      seg->worker_waiting = false;
+    }
+    if (seg->tasks.empty()) return false;
+    *out = seg->tasks.front();
+    seg->tasks.pop_front();
+    return true;
+  }
+
   void operator()() {
     const bool timing = g_timing.load(std::memory_order_relaxed);
-    for (auto& t : tasks) {
-      const int64_t start = timing ? now_ns() : 0;
-      if (g_prologue) g_prologue();
-      try {
-        t.call(t.fn);
-      } catch (...) {
-        tls_failed_task = t.name;
-        throw;
+    std::exception_ptr failure;
+    const char* failed = nullptr;
+    Gathered t{};
+    for (size_t taken = 0; take(&t, taken); ++taken) {
+      if (!failure) {  // after a failure the rest of the run is dropped
+        const int64_t start = timing ? now_ns() : 0;
+        if (g_prologue) g_prologue();
+        try {
+          t.call(t.fn);
+        } catch (...) {
+          failure = std::current_exception();
+          failed = t.name;
+        }
+        if (timing && !failure) add_time(t.name, now_ns() - start);
       }
-      if (timing) add_time(t.name, now_ns() - start);
+      t.destroy(t.fn);
+    }
+    if (failure) {
+      tls_failed_task = failed;
+      std::rethrow_exception(failure);
     }
   }
 };
+
+void Queue::Program::push(Gathered g) {
+  if (!segment) {
+    auto fresh = std::make_shared<Segment>();
+    fresh->queue = queue;
+    try {
+      queue->submit_now(name, ProgramTask{fresh});
+    } catch (...) {
+      g.destroy(g.fn);
+      throw;
+    }
+    segment = std::move(fresh);
+  }
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lock(segment->mu);
+    segment->tasks.push_back(g);
+    segment->pushed.fetch_add(1, std::memory_order_release);
+    wake = segment->worker_waiting;
+  }
+  if (wake) segment->cv.notify_one();
+}
+
+void Queue::Program::close() {
+  if (!segment) return;
+  {
+    std::lock_guard<std::mutex> lock(segment->mu);
+    segment->closed.store(true, std::memory_order_release);
+  }
+  segment->cv.notify_one();
+  segment.reset();
+}
 
 void Queue::begin_program(const char* name) {
   if (opts_.blocking) return;
@@ -130,15 +209,12 @@ void Queue::end_program() {
   if (--open->depth > 0) return;
   std::unique_ptr<Program> p(open);
   open = nullptr;
-  if (!p->tasks.empty()) submit_now(p->name, ProgramTask(std::move(p->tasks)));
+  p->close();
 }
 
 void Queue::submit_gathered() {
   Program* open = program();
-  if (open == nullptr || open->queue != this || open->tasks.empty()) return;
-  std::vector<Gathered> tasks;
-  tasks.swap(open->tasks);
-  submit_now(open->name, ProgramTask(std::move(tasks)));
+  if (open != nullptr && open->queue == this) open->close();
 }
 
 void Queue::set_thread_init_hook(std::function<void()> hook) { thread_init_hook() = std::move(hook); }

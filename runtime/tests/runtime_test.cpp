@@ -238,15 +238,41 @@ TEST(Program, GathersTasksIntoOneInOrder) {
   std::vector<int> order;
   const uint64_t before = q.last_submitted();
   q.begin_program("neuron::program");
+  EXPECT_EQ(q.last_submitted(), before);  // an empty program costs nothing
   for (int i = 0; i < 5; ++i) EXPECT_EQ(q.submit("k", [&order, i] { order.push_back(i); }), 0u);
   q.begin_program("nested");  // belongs to the outer program
   q.submit("k", [&order] { order.push_back(5); });
   q.end_program();
-  EXPECT_EQ(q.last_submitted(), before);  // nothing reached the queue yet
   q.end_program();
   EXPECT_EQ(q.last_submitted(), before + 1);  // one task for the whole program
   q.synchronize();
   EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4, 5}));
+}
+
+TEST(Program, TasksStartBeforeTheProgramEnds) {
+  Queue q({"prog", false, nullptr, nullptr});
+  std::atomic<int> ran{0};
+  q.begin_program("p");
+  q.submit("first", [&ran] { ran = 1; });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (ran.load() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  EXPECT_EQ(ran.load(), 1);  // the worker started it while the host still launches
+  q.submit("second", [&ran] { ran = 2; });
+  q.end_program();
+  q.synchronize();
+  EXPECT_EQ(ran.load(), 2);
+}
+
+TEST(Program, AThreadThatEndsWithAProgramOpenDoesNotHangTheQueue) {
+  Queue q({"prog", false, nullptr, nullptr});
+  int x = 0;
+  std::thread t([&] {
+    q.begin_program("p");
+    q.submit("set", [&x] { x = 5; });
+  });  // never calls end_program
+  t.join();
+  q.synchronize();
+  EXPECT_EQ(x, 5);
 }
 
 TEST(Program, WaitersSeeGatheredWork) {

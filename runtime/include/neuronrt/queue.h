@@ -67,13 +67,15 @@ class Queue {
 
   // A program: the tasks one thread submits to this queue between begin_program and end_program
   // run as ONE task, in order — a compiled graph launched as a unit, as a NEFF is on Trainium. The
-  // first failing task ends the program and its error names that task. Whatever needs the queue's
-  // position — run_sync, synchronize, query, an event — first submits the tasks gathered so far,
-  // so a program never hides work from a waiter. One program per thread at a time: a nested pair
-  // belongs to the outer program. A launch-blocking queue gathers nothing (each task waits).
+  // task takes its queue position at the program's first task and the worker starts each task as
+  // it arrives, so the host's launching overlaps the device's running. The first failing task
+  // ends the program and its error names that task. Whatever needs the queue's position —
+  // run_sync, synchronize, query, an event — first closes the run in progress, so a program never
+  // holds back work a waiter waits for; later tasks start a new run. One program per thread at a
+  // time: a nested pair belongs to the outer program. A launch-blocking queue gathers nothing.
   void begin_program(const char* name);
   void end_program();
-  // Submits the calling thread's gathered tasks for this queue now (nothing if there are none).
+  // Closes the calling thread's run in progress on this queue (nothing if there is none).
   void submit_gathered();
 
   // Runs `fn` as the queue's next task and waits for it: for work whose results the host needs
@@ -134,19 +136,20 @@ class Queue {
     void (*destroy)(void*);
     const char* name;
   };
+  struct Segment;  // the tasks of one program run, shared with the worker running them
   struct Program {
     Queue* queue = nullptr;
     const char* name = nullptr;
     int depth = 0;
-    std::vector<Gathered> tasks;
+    std::shared_ptr<Segment> segment;  // the run in progress; its task holds the queue position
     template <class F>
     void add(const char* task_name, F&& f) {
       using T = std::decay_t<F>;
-      tasks.reserve(16);
-      auto* p = new T(std::forward<F>(f));
-      tasks.push_back({p, [](void* q) { (*static_cast<T*>(q))(); }, [](void* q) { delete static_cast<T*>(q); },
-                       task_name});
+      push({new T(std::forward<F>(f)), [](void* q) { (*static_cast<T*>(q))(); },
+            [](void* q) { delete static_cast<T*>(q); }, task_name});
     }
+    void push(Gathered g);  // the first task of a run submits the run's one queue task
+    void close();           // the worker finishes the run; a later task starts another
   };
   // The calling thread's open program. A function, not a thread_local member read in this
   // header: the TLS access then lives in one translation unit (sanitizers misread the other).
