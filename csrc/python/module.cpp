@@ -51,7 +51,7 @@ PYBIND11_MODULE(_C, m) {
       checked([&] { q->raise_error_through(seq); });
     }
   });
-  // A compiled graph's launches, gathered on the current stream and submitted as one task.
+  // A compiled graph's launches: one task on the current stream (Queue::begin_program).
   m.def("_program_begin", [](int d) {
     checked([&] { current_queue(static_cast<c10::DeviceIndex>(d)).begin_program("neuron::compiled_program"); });
   });

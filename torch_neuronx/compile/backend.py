@@ -9,9 +9,9 @@ How a graph becomes a neuron program:
 3. Inductor lowers each graph; its C++ code generator writes the kernels for the software
    NeuronCore (compile/inductor.py) and its wrapper plans the buffers, reusing them by liveness.
 4. Each call is one task on the current stream: the wrapper's kernel launches and extern kernels
-   (matmul and the like are neuron ops) are gathered into a program that the queue runs as a unit
-   (inductor.program_call): asynchronous, ordered with eager ops, never touching device memory
-   from the host.
+   (matmul and the like are neuron ops) form a program that holds one queue position; the worker
+   starts each kernel as it is launched (inductor.program_call): asynchronous, ordered with eager
+   ops, never touching device memory from the host.
 5. Compiled programs (kernels and graphs) are cached on disk under TORCH_NEURONX_CACHE_DIR, keyed
    by the graph, input shapes/dtypes/strides, the compiler versions and flags, and the device
    profile (compile/cache.py); a second process compiling the same model starts warm.

@@ -55,10 +55,10 @@ def neuron_cpp_kernel(async_compile, argtypes: list, source: str, name: str = "k
 
 
 def program_call(call, device: int = -1):
-    """`call` (a compiled graph's launcher) with everything it launches on the stream gathered into
-    one task: the program runs on the device as a unit, as a NEFF does on Trainium, and costs the
-    queue one hand-off per call instead of one per kernel. A wait inside it (a sync op, an event)
-    first submits what is gathered, so it never hides work from a waiter."""
+    """`call` (a compiled graph's launcher) with everything it launches on the stream made one task:
+    the program takes one queue position, as a NEFF is one launch on Trainium, and the worker starts
+    each kernel as the wrapper launches it. A wait inside it (a sync op, an event) first closes the
+    program, so it never holds back work a waiter waits for (see Queue::begin_program)."""
     begin, end = _C._program_begin, _C._program_end
 
     def run_program(args):
