@@ -187,6 +187,9 @@ def test_task_errors_reach_events_and_stream_synchronize():
 def test_synchronize_is_interruptible():
     code = """
 import os, signal, threading, time, torch
+# A shell that starts the tests in the background hands them SIGINT ignored, and Python then
+# installs no KeyboardInterrupt handler: install it, as an interactive session has it.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 torch.neuron._sleep(60000)
 threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
 t = time.time()
