@@ -98,7 +98,8 @@ def main(argv=None):
     print(f"3. Trainer fine-tuning: bf16, default optimizer, {args.steps} steps")
     targs = TrainingArguments(output_dir=os.path.join(args.out, "trainer"), max_steps=args.steps,
                               per_device_train_batch_size=8, learning_rate=3e-3, lr_scheduler_type="constant",
-                              warmup_steps=10, bf16=True, logging_steps=25, save_strategy="no", report_to=[],
+                              warmup_steps=10, bf16=True, logging_steps=min(25, args.steps), save_strategy="no",
+                              report_to=[],
                               seed=args.seed, disable_tqdm=False)
     trainer = Trainer(model=model, args=targs, train_dataset=dataset(tokenizer, context=64, copies=8),
                       data_collator=transformers.default_data_collator)
