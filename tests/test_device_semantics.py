@@ -168,3 +168,17 @@ def test_autocast_defaults_to_bfloat16_with_cuda_policy_lists():
         assert torch.mm(a, a).dtype == torch.bfloat16  # lower-precision list
         assert torch.softmax(a, 0).dtype == torch.float32  # fp32 list
         assert torch.dot(a[0], a[1]).dtype == torch.float32  # on neither list: left alone
+
+
+def test_out_resize_warns_once_on_every_call_as_on_cpu():
+    import warnings
+
+    x = torch.randn(4)
+    for op in (torch.acos, torch.exp, torch.tanh):
+        for dev in ("cpu", N) * 3:  # the first neuron call asks meta, the later ones reuse its answer
+            out = torch.empty(3, device=dev)
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                op(x.to(dev), out=out)
+            assert [str(m.message).startswith("An output with one or more elements was resized") for m in w] == [True]
+            assert out.shape == (4,)

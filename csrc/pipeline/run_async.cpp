@@ -246,7 +246,10 @@ bool ask_meta(const c10::OperatorHandle& op, OpRecord& rec, const c10::IValue* a
 // Out= arguments of another shape take the layouts meta gave them, as the CPU kernel would have
 // (with PyTorch's warning when a non-empty out= tensor is resized); one of the right shape keeps
 // its layout, as structured kernels keep it.
-void size_written_args(const c10::FunctionSchema& schema, c10::IValue* args, const MetaAnswer& answer) {
+// `meta_warned`: the meta kernel just ran on mirrors of these tensors and gave PyTorch's warning
+// for a non-empty out= tensor it resized, so the resize here is silent (one warning per call).
+void size_written_args(const c10::FunctionSchema& schema, c10::IValue* args, const MetaAnswer& answer,
+                       bool meta_warned) {
   size_t k = 0;
   for (size_t i = 0; i < schema.arguments().size(); ++i) {
     if (!is_written(schema, i)) continue;
@@ -257,7 +260,11 @@ void size_written_args(const c10::FunctionSchema& schema, c10::IValue* args, con
       // Only out= arguments resize; an in-place op's self keeps its shape (CPU's rule).
       TORCH_CHECK(schema.arguments()[i].is_out(), "Bad in-place call: input tensor size ", t.sizes(),
                   " and output tensor size ", c10::IntArrayRef(m.sizes), " should match");
-      at::native::resize_output(t, m.sizes);
+      if (meta_warned) {
+        t.resize_(m.sizes);
+      } else {
+        at::native::resize_output(t, m.sizes);
+      }
       if (!same_layout(t.sizes(), t.strides(), m.sizes, m.strides)) t.as_strided_(m.sizes, m.strides);
     });
   }
@@ -334,13 +341,14 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
 
   std::optional<MetaAnswer> answer;
   if (key.usable()) answer = find_answer(&schema, key);
-  if (!answer) {
+  const bool asked = !answer;
+  if (asked) {
     MetaAnswer fresh;
     if (!ask_meta(op, rec, args, &fresh, why)) return false;
     if (key.usable()) remember_answer(&schema, std::move(key), fresh);
     answer = std::move(fresh);
   }
-  size_written_args(schema, args, *answer);
+  size_written_args(schema, args, *answer, asked);
 
   // What the task needs, read now: the arguments as they are after resizing, a generator for
   // each random draw (the neuron generator's offset moves past it here, in call order).
