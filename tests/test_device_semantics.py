@@ -98,6 +98,8 @@ def test_lazy_conjugate_and_negative_views_read_like_cpu():
     out = torch.empty(4, 3, dtype=torch.cfloat, device=N)
     out.copy_(an.conj())
     assert torch.equal(out.cpu(), a.conj())
+    inplace = an.clone()
+    assert inplace.conj_physical_() is inplace and torch.equal(inplace.cpu(), a.clone().conj_physical_())
 
     x = a.clone().requires_grad_()
     torch.view_as_real(x * b[:, 0].conj()).pow(2).sum().backward()

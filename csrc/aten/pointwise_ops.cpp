@@ -1,5 +1,6 @@
 // Elementwise ops (unary, binary, activations and their backward), asynchronous on the stream.
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/conj_physical.h>
 #include <ATen/ops/add_cpu_dispatch.h>
 #include <ATen/ops/addcdiv_cpu_dispatch.h>
 #include <ATen/ops/addcmul_cpu_dispatch.h>
@@ -312,6 +313,16 @@ NX_FO(elu_backward, "elu_backward", "elu_backward.grad_input", structured_elu_ba
       (const Tensor& grad_output, const Scalar& alpha, const Scalar& scale, const Scalar& input_scale,
        bool is_result, const Tensor& self_or_result),
       (grad_output, alpha, scale, input_scale, is_result, self_or_result))
+
+// ATen's in-place conj_physical_ calls the kernel stub of the tensor's device directly, and the
+// stub has no neuron entry; its out= form writing self is the same computation, as a neuron op.
+at::Tensor& conj_physical_(at::Tensor& self) {
+  return self.is_complex() ? at::conj_physical_out(self, self) : self;
+}
+const bool conj_described =
+    (typed_op("aten::conj_physical_", "conj_physical.out writing self (its out= form, a neuron op)"), true);
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("conj_physical_", TORCH_FN(conj_physical_)); }
 
 }  // namespace
 }  // namespace torch_neuronx
