@@ -74,6 +74,9 @@ from . import config  # noqa: E402,F401
 from . import compile as _compile  # noqa: E402
 
 _compile._register_lazily()
+from . import distributed as _distributed  # noqa: E402
+
+_distributed._register()
 from .compile import compile_stats, reset_compile_stats  # noqa: E402
 from .ops import (  # noqa: E402
     explain,

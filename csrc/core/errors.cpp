@@ -1,6 +1,7 @@
 #include "core/errors.h"
 
 #include "neuronrt/queue.h"
+#include "neuronrt/shm_group.h"
 
 namespace torch_neuronx {
 namespace {
@@ -31,6 +32,10 @@ void throw_as_torch_error(const std::string& message, const std::exception_ptr& 
     TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
   } catch (const c10::LinAlgError&) {
     TORCH_CHECK_LINALG(false, msg);
+  } catch (const c10::DistBackendError&) {
+    TORCH_CHECK_WITH(DistBackendError, false, msg);
+  } catch (const neuronrt::CollectiveError&) {
+    TORCH_CHECK_WITH(DistBackendError, false, msg);
   } catch (...) {
   }
   TORCH_CHECK(false, msg);

@@ -11,7 +11,7 @@
 namespace torch_neuronx {
 
 // Throws `e` as a c10::Error of the kind of `cause` (IndexError, ValueError, TypeError,
-// NotImplementedError, OutOfMemoryError, or a plain Error) with `message`.
+// NotImplementedError, OutOfMemoryError, DistBackendError, or a plain Error) with `message`.
 [[noreturn]] void throw_as_torch_error(const std::string& message, const std::exception_ptr& cause);
 
 // Turns the current exception (inside a catch block) into a c10::Error.

@@ -19,8 +19,13 @@
 namespace py = pybind11;
 using namespace torch_neuronx;
 
+namespace torch_neuronx {
+void init_distributed_bindings(py::module& m);  // csrc/distributed/bindings.cpp
+}
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch-neuronx native extension (software NeuronCore runtime)";
+  init_distributed_bindings(m);
 
   m.def("_device_count", [] { return device_count(); });
   m.def("_runtime_error", []() -> std::string {

@@ -31,6 +31,9 @@ const std::vector<Setting>& all() {
        "where compiled programs are cached (default: $XDG_CACHE_HOME/torch_neuronx, else ~/.cache/torch_neuronx)"},
       {"TORCH_NEURONX_CACHE_SIZE", "10GiB", "size limit of the compile cache; least recently used files go first"},
       {"TORCH_NEURONX_LOG", "", "comma-separated areas to log to stderr: compile (a line per compiled graph)"},
+      {"TORCH_NEURONX_DIST_TRANSPORT", "auto",
+       "how the neuron process-group backend moves data: auto (shared memory on one host, gloo across hosts), "
+       "shm, or host (gloo, also on one host)"},
       {"TORCH_NEURONX_FORCE_FALLBACK", "",
        "deprecated alias, kept for one release: 'aten::a,aten::b' means aten::a=copy,aten::b=copy"},
   };

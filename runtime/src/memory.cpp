@@ -1,5 +1,6 @@
 #include "neuronrt/memory.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -25,18 +26,39 @@ DeviceMemory::DeviceMemory(uint64_t capacity)
 
 DeviceMemory::~DeviceMemory() {
   if (base_) munmap(base_, range_);
+  if (fd_ >= 0) close(fd_);
 }
 
 void DeviceMemory::reserve_locked() {
   if (base_) return;
-  void* p = mmap(nullptr, range_, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) {
-    throw std::runtime_error("neuron runtime: cannot reserve " + std::to_string(range_) +
-                             " bytes of address space for device memory: " + std::strerror(errno));
+  // A sparse file: pages exist once written, as with anonymous memory.
+  const int fd = memfd_create("neuronx-device-memory", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(range_)) != 0) {
+    const std::string why = std::strerror(errno);
+    if (fd >= 0) close(fd);
+    throw std::runtime_error("neuron runtime: cannot create the device memory file: " + why);
   }
+  void* p = mmap(nullptr, range_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  if (p == MAP_FAILED) {
+    const std::string why = std::strerror(errno);
+    close(fd);
+    throw std::runtime_error("neuron runtime: cannot reserve " + std::to_string(range_) +
+                             " bytes of address space for device memory: " + why);
+  }
+  fd_ = fd;
   base_ = static_cast<char*>(p);
   insert_free_locked(0, range_);
+}
+
+int DeviceMemory::share_fd() {
+  std::lock_guard<std::mutex> lock(mu_);
+  reserve_locked();
+  return fd_;
+}
+
+uint64_t DeviceMemory::offset_of(const void* ptr) const {
+  if (!contains(ptr)) throw std::invalid_argument("neuron runtime: pointer is not in this device's memory");
+  return static_cast<uint64_t>(static_cast<const char*>(ptr) - base_);
 }
 
 void DeviceMemory::insert_free_locked(uint64_t offset, uint64_t size) {
@@ -78,7 +100,8 @@ void DeviceMemory::free(void* ptr) {
   if (size >= kReleaseThreshold && !protected_) {
     // Interior whole pages only: neighbours may share the first and last page.
     const uint64_t lo = round_up(start, 4096), hi = (start + size) / 4096 * 4096;
-    if (hi > lo) madvise(base_ + lo, hi - lo, MADV_DONTNEED);
+    // Punching the hole frees the file's pages (dropping the mapping alone would keep them).
+    if (hi > lo) fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(lo), hi - lo);
   }
   auto next = free_by_offset_.lower_bound(start);
   if (next != free_by_offset_.end() && next->first == start + size) {

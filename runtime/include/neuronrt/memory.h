@@ -3,6 +3,10 @@
 // less RAM than the profile's HBM). An allocation therefore needs free capacity, not a free
 // contiguous range of it: like a device with an MMU, freeing every other block and then asking
 // for one twice their size works as long as the bytes are free.
+//
+// The range is a memory file (memfd) mapped shared, so other processes of a job can map the same
+// device memory, as NeuronCores of one instance reach each other's HBM by DMA: collectives read
+// and write their peers' tensors in place (ShmGroup::peer).
 #pragma once
 
 #include <cstddef>
@@ -34,6 +38,10 @@ class DeviceMemory {
   // The largest allocation that would succeed now.
   uint64_t largest_free() const;
   bool contains(const void* ptr) const;
+  // Offset of `ptr` in this memory's file (the address a peer process maps it at, plus offset).
+  uint64_t offset_of(const void* ptr) const;
+  // The memory file, for peers to map (reserves the range on first use); owned by this object.
+  int share_fd();
 
   // Sanitizer support: make the whole range inaccessible (or accessible) to the process.
   void set_host_access(bool accessible);
@@ -46,6 +54,7 @@ class DeviceMemory {
   const uint64_t capacity_;
   const uint64_t range_;  // address range: capacity_ * kAddressSlack
   char* base_ = nullptr;
+  int fd_ = -1;
   bool protected_ = false;
   mutable std::mutex mu_;
   uint64_t used_ = 0;

@@ -1,0 +1,634 @@
+// The collectives of ProcessGroupNeuron: checks at the call, then the task's body on the
+// shared-memory group (rounds through the ranks' buffers, a window at a time) and over the host
+// backend (tensors staged through host memory). Device memory of the software NeuronCore is host
+// addressable, so staging and the shared-memory copies are plain copies; a hardware runtime
+// would DMA here.
+#include <ATen/ops/empty.h>
+#include <ATen/ops/div.h>
+#include <ATen/ops/mul.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/device.h"
+#include "distributed/process_group.h"
+#include "distributed/reduce.h"
+#include "neuronrt/shm_group.h"
+
+namespace torch_neuronx {
+namespace {
+
+using neuronrt::ShmGroup;
+using Tensors = std::vector<at::Tensor>;
+
+uint8_t* ptr(const at::Tensor& t) { return static_cast<uint8_t*>(t.data_ptr()); }
+size_t nbytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
+size_t steps(size_t total, size_t window) { return std::max<size_t>(1, (total + window - 1) / window); }
+
+std::string signature(const char* what, const at::Tensor& t, const std::string& extra = "") {
+  return std::string(what) + " " + c10::toString(t.scalar_type()) + "[" + std::to_string(t.numel()) + "]" +
+         (extra.empty() ? "" : " " + extra);
+}
+
+// Collectives move bytes: a tensor must be one dense block. In-place element-wise collectives
+// (allreduce, broadcast, reduce) take any dense layout; the rest need row-major order.
+void check_layout(const at::Tensor& t, const char* what, bool any_dense = false) {
+  TORCH_CHECK(t.is_contiguous() || (any_dense && t.is_non_overlapping_and_dense()), "neuron: ", what,
+              ": tensors must be contiguous, got sizes ", t.sizes(), " strides ", t.strides(), " (call .contiguous())");
+  TORCH_CHECK(!t.is_sparse(), "neuron: ", what, ": sparse tensors are not supported");
+}
+
+void check_same(const at::Tensor& a, const at::Tensor& b, int64_t numel_ratio, const char* what) {
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "neuron: ", what, ": output dtype ", a.scalar_type(),
+              " differs from input dtype ", b.scalar_type());
+  TORCH_CHECK(a.numel() == b.numel() * numel_ratio, "neuron: ", what, ": output has ", a.numel(),
+              " elements, expected ", b.numel() * numel_ratio, " (", numel_ratio, " x the input's ", b.numel(), ")");
+}
+
+int check_rank(int64_t r, int size, const char* what, const char* role) {
+  TORCH_CHECK(r >= 0 && r < size, "neuron: ", what, ": ", role, " rank ", r, " is not in this group of ", size);
+  return static_cast<int>(r);
+}
+
+// ---- shared memory: ranks read and write each other's device memory in place ----
+
+// A byte range of a rank's device memory.
+struct Piece {
+  neuronrt::Location at;
+  uint64_t bytes = 0;
+};
+
+Piece piece(const at::Tensor& t, size_t offset = 0, size_t bytes = SIZE_MAX) {
+  Piece p;
+  p.bytes = std::min(bytes, nbytes(t) - std::min(nbytes(t), offset));
+  if (p.bytes == 0) return p;
+  const int d = t.device().index();
+  p.at = {d, checked([&] { return runtime().memory(d).offset_of(ptr(t) + offset); })};
+  return p;
+}
+
+std::vector<Piece> pieces(const Tensors& ts) {
+  std::vector<Piece> out;
+  for (const auto& t : ts) out.push_back(piece(t));
+  return out;
+}
+
+// The first round: every rank publishes where its pieces are, and learns everyone's. The last
+// round (finish) keeps every rank's tensors in place until no rank touches them any more.
+std::vector<std::vector<Piece>> publish(ShmGroup& g, const std::vector<Piece>& mine) {
+  const uint64_t count = mine.size();
+  std::memcpy(g.mine(), &count, sizeof(count));
+  std::memcpy(g.mine() + sizeof(count), mine.data(), count * sizeof(Piece));
+  g.arrive();
+  std::vector<std::vector<Piece>> all(g.size());
+  for (int q = 0; q < g.size(); ++q) {
+    uint64_t n = 0;
+    std::memcpy(&n, g.buffer(q), sizeof(n));
+    all[q].resize(n);
+    std::memcpy(all[q].data(), g.buffer(q) + sizeof(n), n * sizeof(Piece));
+  }
+  return all;
+}
+
+void finish(ShmGroup& g) {
+  g.arrive();
+  g.end();
+}
+
+uint8_t* at(ShmGroup& g, int rank, const Piece& p, size_t offset = 0) { return g.peer(rank, p.at) + offset; }
+
+void copy(ShmGroup& g, int dst_rank, const Piece& dst, size_t dst_off, int src_rank, const Piece& src, size_t src_off,
+          size_t bytes) {
+  if (bytes) std::memcpy(at(g, dst_rank, dst, dst_off), at(g, src_rank, src, src_off), bytes);
+}
+
+// This rank's share of `count` items: ranks split every collective's work evenly.
+std::pair<size_t, size_t> share(size_t count, int n, int r) { return {count * r / n, count * (r + 1) / n}; }
+
+// Rank r reduces its share of the elements across all ranks' tensors and writes the result into
+// every rank's tensor (allreduce) or the root's (reduce).
+void shm_reduce(ShmGroup& g, const char* what, const Piece& mine, int64_t numel, c10::ScalarType dtype,
+                const Reduction& r, const std::string& sig, int root) {
+  g.begin(what, sig);
+  const auto all = publish(g, {mine});
+  const size_t es = c10::elementSize(dtype);
+  const auto [lo, hi] = share(numel, g.size(), g.rank());
+  if (hi > lo) {
+    std::vector<const void*> src;
+    std::vector<void*> outs;
+    for (int q = 0; q < g.size(); ++q) {
+      src.push_back(at(g, q, all[q][0], lo * es));
+      if (root < 0 || q == root) outs.push_back(at(g, q, all[q][0], lo * es));
+    }
+    reduce_into(outs.data(), static_cast<int>(outs.size()), src.data(), g.size(), hi - lo, dtype, r);
+  }
+  finish(g);
+}
+
+void shm_broadcast(ShmGroup& g, const Piece& mine, int root, const std::string& sig) {
+  g.begin("broadcast", sig);
+  const auto all = publish(g, {mine});
+  const auto [lo, hi] = share(mine.bytes, g.size(), g.rank());
+  for (int q = 0; q < g.size(); ++q) {
+    if (q != root) copy(g, q, all[q][0], lo, root, all[root][0], lo, hi - lo);
+  }
+  finish(g);
+}
+
+// Rank r's input lands in outs[r] of every rank that publishes outputs (gather: the root).
+void shm_gather(ShmGroup& g, const char* what, const Piece& in, const std::vector<Piece>& outs,
+                const std::string& sig) {
+  g.begin(what, sig);
+  std::vector<Piece> mine{in};
+  mine.insert(mine.end(), outs.begin(), outs.end());
+  const auto all = publish(g, mine);
+  for (int q = 0; q < g.size(); ++q) {
+    if (all[q].size() > 1) copy(g, q, all[q][1 + g.rank()], 0, g.rank(), in, 0, in.bytes);
+  }
+  finish(g);
+}
+
+// Rank r receives the root's ins[r] (scatter) or the reduction of every rank's ins[r].
+void shm_scatter(ShmGroup& g, const char* what, const std::vector<Piece>& ins, const Piece& out, int64_t numel,
+                 c10::ScalarType dtype, const Reduction* r, int root, const std::string& sig) {
+  g.begin(what, sig);
+  const auto all = publish(g, ins);
+  if (r == nullptr) {
+    copy(g, g.rank(), out, 0, root, all[root][g.rank()], 0, out.bytes);
+  } else if (numel > 0) {
+    std::vector<const void*> src;
+    for (int q = 0; q < g.size(); ++q) src.push_back(at(g, q, all[q][g.rank()]));
+    void* dst = at(g, g.rank(), out);
+    reduce_into(&dst, 1, src.data(), g.size(), numel, dtype, *r);
+  }
+  finish(g);
+}
+
+// Rank r pulls every rank's piece for r; a receiver whose sizes disagree with its senders fails
+// the group for everyone.
+void shm_alltoall(ShmGroup& g, const std::vector<Piece>& send, const std::vector<Piece>& recv) {
+  g.begin("alltoall", "alltoall");
+  const auto all = publish(g, send);
+  for (int q = 0; q < g.size(); ++q) {
+    const Piece& from = all[q][g.rank()];
+    if (from.bytes != recv[q].bytes) {
+      const std::string msg = "neuron: alltoall on " + g.label() + ": rank " + std::to_string(q) + " sends " +
+                              std::to_string(from.bytes) + " bytes to rank " + std::to_string(g.rank()) +
+                              ", whose output splits expect " + std::to_string(recv[q].bytes);
+      g.abort(msg);
+      throw neuronrt::CollectiveError(msg);
+    }
+    copy(g, g.rank(), recv[q], 0, q, from, 0, from.bytes);
+  }
+  finish(g);
+}
+
+// ---- host backend (groups spanning hosts) ----
+
+at::Tensor to_host(const at::Tensor& t) {
+  at::Tensor c = at::empty({t.numel()}, t.options().device(c10::kCPU));
+  std::memcpy(c.data_ptr(), t.data_ptr(), nbytes(t));
+  return c;
+}
+
+void from_host(const at::Tensor& t, const at::Tensor& c) { std::memcpy(t.data_ptr(), c.data_ptr(), nbytes(t)); }
+
+// gloo sums; AVG and PREMUL_SUM scale around the sum.
+c10d::ReduceOp host_op(const Reduction& r) {
+  const bool sum = r.op == c10d::ReduceOp::AVG || r.op == c10d::ReduceOp::PREMUL_SUM;
+  return c10d::ReduceOp(sum ? c10d::ReduceOp::SUM : r.op);
+}
+void host_pre(at::Tensor& c, const Reduction& r) {
+  if (r.op == c10d::ReduceOp::PREMUL_SUM) c.mul_(r.premul);
+}
+void host_post(at::Tensor& c, const Reduction& r) {
+  if (r.op == c10d::ReduceOp::AVG) c.div_(r.ranks);
+}
+
+Tensors host_all(const Tensors& ts) {
+  Tensors out;
+  for (const auto& t : ts) out.push_back(to_host(t));
+  return out;
+}
+
+void from_host_all(const Tensors& ts, const Tensors& cs) {
+  for (size_t i = 0; i < ts.size(); ++i) from_host(ts[i], cs[i]);
+}
+
+Tensors flat_chunks(const at::Tensor& t, int n) { return t.view({-1}).chunk(n); }
+
+Tensors concat(Tensors a, const Tensors& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) {
+  TORCH_CHECK(tensors.size() == 1, "neuron: allreduce takes one tensor per rank (one device per process), got ",
+              tensors.size());
+  const at::Tensor t = tensors[0];
+  check_layout(t, "allreduce", true);
+  const Reduction r = make_reduction(opts.reduceOp, t.scalar_type(), size_, "allreduce");
+  const std::string sig = signature("allreduce", t, reduction_name(r));
+  return enqueue(
+      "neuron::allreduce", c10d::OpType::ALLREDUCE, {t}, {t}, [p = piece(t), n = t.numel(), dt = t.scalar_type(), r, sig](ShmGroup& g) {
+        shm_reduce(g, "allreduce", p, n, dt, r, sig, -1);
+      },
+      [t, r](c10d::Backend& h) {
+        Tensors c{to_host(t)};
+        host_pre(c[0], r);
+        c10d::AllreduceOptions o;
+        o.reduceOp = host_op(r);
+        h.allreduce(c, o)->wait();
+        host_post(c[0], r);
+        from_host(t, c[0]);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(Tensors& tensors,
+                                                                       const c10d::AllreduceCoalescedOptions& opts) {
+  std::vector<Reduction> rs;
+  std::vector<std::string> sigs;
+  for (const auto& t : tensors) {
+    check_layout(t, "allreduce_coalesced", true);
+    rs.push_back(make_reduction(opts.reduceOp, t.scalar_type(), size_, "allreduce_coalesced"));
+    sigs.push_back(signature("allreduce", t, reduction_name(rs.back())));
+  }
+  return enqueue(
+      "neuron::allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, tensors, tensors,
+      [ps = pieces(tensors), ts = tensors, rs, sigs](ShmGroup& g) {
+        for (size_t i = 0; i < ts.size(); ++i)
+          shm_reduce(g, "allreduce", ps[i], ts[i].numel(), ts[i].scalar_type(), rs[i], sigs[i], -1);
+      },
+      [ts = tensors, rs](c10d::Backend& h) {
+        for (size_t i = 0; i < ts.size(); ++i) {
+          Tensors c{to_host(ts[i])};
+          host_pre(c[0], rs[i]);
+          c10d::AllreduceOptions o;
+          o.reduceOp = host_op(rs[i]);
+          h.allreduce(c, o)->wait();
+          host_post(c[0], rs[i]);
+          from_host(ts[i], c[0]);
+        }
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(Tensors& tensors, const c10d::ReduceOptions& opts) {
+  TORCH_CHECK(tensors.size() == 1, "neuron: reduce takes one tensor per rank, got ", tensors.size());
+  const at::Tensor t = tensors[0];
+  check_layout(t, "reduce", true);
+  const int root = check_rank(opts.rootRank, size_, "reduce", "root");
+  const Reduction r = make_reduction(opts.reduceOp, t.scalar_type(), size_, "reduce");
+  const std::string sig = signature("reduce", t, reduction_name(r) + " root " + std::to_string(root));
+  return enqueue(
+      "neuron::reduce", c10d::OpType::REDUCE, {t}, {t}, [=, p = piece(t)](ShmGroup& g) {
+        shm_reduce(g, "reduce", p, t.numel(), t.scalar_type(), r, sig, root);
+      },
+      [t, r, root, me = rank_](c10d::Backend& h) {
+        Tensors c{to_host(t)};
+        host_pre(c[0], r);
+        c10d::ReduceOptions o;
+        o.reduceOp = host_op(r);
+        o.rootRank = root;
+        h.reduce(c, o)->wait();
+        host_post(c[0], r);
+        if (me == root) from_host(t, c[0]);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) {
+  TORCH_CHECK(tensors.size() == 1, "neuron: broadcast takes one tensor per rank, got ", tensors.size());
+  const at::Tensor t = tensors[0];
+  check_layout(t, "broadcast", true);
+  const int root = check_rank(opts.rootRank, size_, "broadcast", "root");
+  const std::string sig = signature("broadcast", t, "root " + std::to_string(root));
+  return enqueue(
+      "neuron::broadcast", c10d::OpType::BROADCAST, {t}, {t}, [=, p = piece(t)](ShmGroup& g) { shm_broadcast(g, p, root, sig); },
+      [=](c10d::Backend& h) {
+        Tensors c{to_host(t)};
+        c10d::BroadcastOptions o;
+        o.rootRank = root;
+        h.broadcast(c, o)->wait();
+        from_host(t, c[0]);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(std::vector<Tensors>& outputs, Tensors& inputs,
+                                                             const c10d::AllgatherOptions&) {
+  TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1, "neuron: allgather takes one input and one output list per rank");
+  const at::Tensor in = inputs[0];
+  const Tensors outs = outputs[0];
+  TORCH_CHECK(static_cast<int>(outs.size()) == size_, "neuron: allgather: the output list has ", outs.size(),
+              " tensors, the group has ", size_, " ranks");
+  check_layout(in, "allgather");
+  for (const auto& o : outs) {
+    check_layout(o, "allgather");
+    check_same(o, in, 1, "allgather");
+  }
+  const std::string sig = signature("allgather", in);
+  return enqueue(
+      "neuron::allgather", c10d::OpType::ALLGATHER, concat({in}, outs), outs,
+      [=, i = piece(in), o = pieces(outs)](ShmGroup& g) { shm_gather(g, "allgather", i, o, sig); },
+      [=](c10d::Backend& h) {
+        std::vector<Tensors> c{host_all(outs)};
+        Tensors ci{to_host(in)};
+        h.allgather(c, ci)->wait();
+        from_host_all(outs, c[0]);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                   const c10d::AllgatherOptions&) {
+  check_layout(input, "all_gather_into_tensor");
+  check_layout(output, "all_gather_into_tensor");
+  check_same(output, input, size_, "all_gather_into_tensor");
+  const at::Tensor in = input, out = output;
+  std::vector<Piece> dst;
+  for (int q = 0; q < size_; ++q) dst.push_back(piece(out, q * nbytes(in), nbytes(in)));
+  const std::string sig = signature("allgather", in);
+  return enqueue(
+      "neuron::all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE, {in, out}, {out},
+      [=, i = piece(in)](ShmGroup& g) { shm_gather(g, "all_gather_into_tensor", i, dst, sig); },
+      [=, n = size_](c10d::Backend& h) {
+        at::Tensor co = to_host(out);
+        std::vector<Tensors> c{flat_chunks(co, n)};
+        Tensors ci{to_host(in)};
+        h.allgather(c, ci)->wait();
+        from_host(out, co);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_into_tensor_coalesced(Tensors& outputs, Tensors& inputs,
+                                                                                   const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "neuron: allgather_into_tensor_coalesced: ", outputs.size(),
+              " outputs for ", inputs.size(), " inputs");
+  // One task per pair keeps one implementation; the pairs run back to back on the group's stream.
+  c10::intrusive_ptr<c10d::Work> last;
+  for (size_t i = 0; i < inputs.size(); ++i) last = _allgather_base(outputs[i], inputs[i], opts);
+  if (!last) return barrier(c10d::BarrierOptions());
+  return last;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(std::vector<Tensors>& outputs, Tensors& inputs,
+                                                          const c10d::GatherOptions& opts) {
+  TORCH_CHECK(inputs.size() == 1, "neuron: gather takes one input tensor per rank");
+  const int root = check_rank(opts.rootRank, size_, "gather", "root");
+  const at::Tensor in = inputs[0];
+  check_layout(in, "gather");
+  Tensors outs;
+  if (rank_ == root) {
+    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_, "neuron: gather: the root needs ",
+                size_, " output tensors");
+    outs = outputs[0];
+  } else {
+    TORCH_CHECK(outputs.empty() || outputs[0].empty(), "neuron: gather: only the root rank takes outputs");
+  }
+  for (const auto& o : outs) {
+    check_layout(o, "gather");
+    check_same(o, in, 1, "gather");
+  }
+  const std::string sig = signature("gather", in, "root " + std::to_string(root));
+  return enqueue(
+      "neuron::gather", c10d::OpType::GATHER, concat({in}, outs), outs,
+      [=, i = piece(in), o = pieces(outs)](ShmGroup& g) { shm_gather(g, "gather", i, o, sig); },
+      [=](c10d::Backend& h) {
+        std::vector<Tensors> c;
+        if (!outs.empty()) c.push_back(host_all(outs));
+        Tensors ci{to_host(in)};
+        c10d::GatherOptions o;
+        o.rootRank = root;
+        h.gather(c, ci, o)->wait();
+        if (!outs.empty()) from_host_all(outs, c[0]);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(Tensors& outputs, std::vector<Tensors>& inputs,
+                                                           const c10d::ScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == 1, "neuron: scatter takes one output tensor per rank");
+  const int root = check_rank(opts.rootRank, size_, "scatter", "root");
+  const at::Tensor out = outputs[0];
+  check_layout(out, "scatter");
+  Tensors ins;
+  if (rank_ == root) {
+    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_, "neuron: scatter: the root needs ",
+                size_, " input tensors");
+    ins = inputs[0];
+  } else {
+    TORCH_CHECK(inputs.empty() || inputs[0].empty(), "neuron: scatter: only the root rank takes inputs");
+  }
+  for (const auto& i : ins) {
+    check_layout(i, "scatter");
+    check_same(out, i, 1, "scatter");
+  }
+  const std::string sig = signature("scatter", out, "root " + std::to_string(root));
+  return enqueue(
+      "neuron::scatter", c10d::OpType::SCATTER, concat({out}, ins), {out},
+      [=, i = pieces(ins), o = piece(out)](ShmGroup& g) {
+        shm_scatter(g, "scatter", i, o, out.numel(), out.scalar_type(), nullptr, root, sig);
+      },
+      [=](c10d::Backend& h) {
+        std::vector<Tensors> c;
+        if (!ins.empty()) c.push_back(host_all(ins));
+        Tensors co{to_host(out)};
+        c10d::ScatterOptions o;
+        o.rootRank = root;
+        h.scatter(co, c, o)->wait();
+        from_host(out, co[0]);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(Tensors& outputs, std::vector<Tensors>& inputs,
+                                                                  const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1, "neuron: reduce_scatter takes one output and one input list");
+  const at::Tensor out = outputs[0];
+  const Tensors ins = inputs[0];
+  TORCH_CHECK(static_cast<int>(ins.size()) == size_, "neuron: reduce_scatter: the input list has ", ins.size(),
+              " tensors, the group has ", size_, " ranks");
+  check_layout(out, "reduce_scatter");
+  for (const auto& i : ins) {
+    check_layout(i, "reduce_scatter");
+    check_same(out, i, 1, "reduce_scatter");
+  }
+  const Reduction r = make_reduction(opts.reduceOp, out.scalar_type(), size_, "reduce_scatter");
+  const std::string sig = signature("reduce_scatter", out, reduction_name(r));
+  return enqueue(
+      "neuron::reduce_scatter", c10d::OpType::REDUCE_SCATTER, concat({out}, ins), {out},
+      [=, i = pieces(ins), o = piece(out)](ShmGroup& g) {
+        shm_scatter(g, "reduce_scatter", i, o, out.numel(), out.scalar_type(), &r, -1, sig);
+      },
+      [=](c10d::Backend& h) {
+        std::vector<Tensors> c{host_all(ins)};
+        for (auto& t : c[0]) host_pre(t, r);
+        Tensors co{to_host(out)};
+        c10d::ReduceScatterOptions o;
+        o.reduceOp = host_op(r);
+        h.reduce_scatter(co, c, o)->wait();
+        host_post(co[0], r);
+        from_host(out, co[0]);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                        const c10d::ReduceScatterOptions& opts) {
+  check_layout(input, "reduce_scatter_tensor");
+  check_layout(output, "reduce_scatter_tensor");
+  check_same(input, output, size_, "reduce_scatter_tensor");
+  const at::Tensor in = input, out = output;
+  std::vector<Piece> src;
+  for (int q = 0; q < size_; ++q) src.push_back(piece(in, q * nbytes(out), nbytes(out)));
+  const Reduction r = make_reduction(opts.reduceOp, out.scalar_type(), size_, "reduce_scatter_tensor");
+  const std::string sig = signature("reduce_scatter", out, reduction_name(r));
+  return enqueue(
+      "neuron::reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, {in, out}, {out},
+      [=, o = piece(out)](ShmGroup& g) {
+        shm_scatter(g, "reduce_scatter_tensor", src, o, out.numel(), out.scalar_type(), &r, -1, sig);
+      },
+      [=, n = size_](c10d::Backend& h) {
+        std::vector<Tensors> c{flat_chunks(to_host(in), n)};
+        for (auto& t : c[0]) host_pre(t, r);
+        Tensors co{to_host(out)};
+        c10d::ReduceScatterOptions o;
+        o.reduceOp = host_op(r);
+        h.reduce_scatter(co, c, o)->wait();
+        host_post(co[0], r);
+        from_host(out, co[0]);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesced(
+    Tensors& outputs, Tensors& inputs, const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "neuron: reduce_scatter_tensor_coalesced: ", outputs.size(),
+              " outputs for ", inputs.size(), " inputs");
+  c10::intrusive_ptr<c10d::Work> last;
+  for (size_t i = 0; i < inputs.size(); ++i) last = _reduce_scatter_base(outputs[i], inputs[i], opts);
+  if (!last) return barrier(c10d::BarrierOptions());
+  return last;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                                 std::vector<int64_t>& output_splits,
+                                                                 std::vector<int64_t>& input_splits,
+                                                                 const c10d::AllToAllOptions&) {
+  check_layout(input, "all_to_all_single");
+  check_layout(output, "all_to_all_single");
+  TORCH_CHECK(input.scalar_type() == output.scalar_type(), "neuron: all_to_all_single: output dtype ",
+              output.scalar_type(), " differs from input dtype ", input.scalar_type());
+  // Splits count rows of dim 0; none given means equal parts.
+  auto offsets = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* which) {
+    const int64_t rows = t.dim() ? t.size(0) : 1;
+    const size_t row_bytes = rows ? nbytes(t) / rows : 0;
+    std::vector<size_t> bytes(size_);
+    if (splits.empty()) {
+      TORCH_CHECK(rows % size_ == 0, "neuron: all_to_all_single: ", which, " has ", rows,
+                  " rows, not divisible by the group's ", size_, " ranks; pass split sizes");
+      std::fill(bytes.begin(), bytes.end(), row_bytes * (rows / size_));
+    } else {
+      TORCH_CHECK(static_cast<int>(splits.size()) == size_, "neuron: all_to_all_single: ", splits.size(), " ", which,
+                  " split sizes for a group of ", size_);
+      int64_t sum = 0;
+      for (int q = 0; q < size_; ++q) {
+        TORCH_CHECK(splits[q] >= 0, "neuron: all_to_all_single: negative ", which, " split size ", splits[q]);
+        bytes[q] = row_bytes * splits[q];
+        sum += splits[q];
+      }
+      TORCH_CHECK(sum == rows, "neuron: all_to_all_single: ", which, " split sizes sum to ", sum, ", but dim 0 has ",
+                  rows, " rows");
+    }
+    return bytes;
+  };
+  const std::vector<size_t> send_bytes = offsets(input, input_splits, "input");
+  const std::vector<size_t> recv_bytes = offsets(output, output_splits, "output");
+  std::vector<Piece> send, recv;
+  for (size_t q = 0, s = 0, r = 0; q < size_t(size_); s += send_bytes[q], r += recv_bytes[q], ++q) {
+    send.push_back(piece(input, s, send_bytes[q]));
+    recv.push_back(piece(output, r, recv_bytes[q]));
+  }
+  const at::Tensor in = input, out = output;
+  return enqueue(
+      "neuron::all_to_all_single", c10d::OpType::ALLTOALL_BASE, {in, out}, {out},
+      [=](ShmGroup& g) { shm_alltoall(g, send, recv); },
+      [=, os = output_splits, is = input_splits](c10d::Backend& h) mutable {
+        at::Tensor ci = to_host(in).view(in.sizes()), co = to_host(out).view(out.sizes());
+        h.alltoall_base(co, ci, os, is)->wait();
+        from_host(out, co);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(Tensors& outputs, Tensors& inputs,
+                                                            const c10d::AllToAllOptions&) {
+  TORCH_CHECK(static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
+              "neuron: all_to_all takes ", size_, " input and output tensors, got ", inputs.size(), " and ",
+              outputs.size());
+  for (int q = 0; q < size_; ++q) {
+    check_layout(inputs[q], "all_to_all");
+    check_layout(outputs[q], "all_to_all");
+    TORCH_CHECK(inputs[q].scalar_type() == outputs[q].scalar_type(), "neuron: all_to_all: dtypes differ");
+  }
+  const Tensors ins = inputs, outs = outputs;
+  return enqueue(
+      "neuron::all_to_all", c10d::OpType::ALLTOALL, concat(ins, outs), outs,
+      [=, send = pieces(inputs), recv = pieces(outputs)](ShmGroup& g) { shm_alltoall(g, send, recv); },
+      [=](c10d::Backend& h) {
+        Tensors ci, co;
+        for (const auto& t : ins) ci.push_back(to_host(t).view(t.sizes()));
+        for (const auto& t : outs) co.push_back(to_host(t).view(t.sizes()));
+        h.alltoall(co, ci)->wait();
+        from_host_all(outs, co);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::send(Tensors& tensors, int dst, int tag) {
+  TORCH_CHECK(tensors.size() == 1, "neuron: send takes one tensor");
+  check_rank(dst, size_, "send", "destination");
+  TORCH_CHECK(dst != rank_, "neuron: send: rank ", rank_, " cannot send to itself");
+  const at::Tensor t = tensors[0];
+  check_layout(t, "send");
+  return enqueue(
+      "neuron::send", c10d::OpType::SEND, {t}, {t},
+      [=](ShmGroup& g) {
+        g.begin("send to rank " + std::to_string(dst), "p2p");
+        g.send(dst, ptr(t), nbytes(t));
+        g.end();
+      },
+      [=](c10d::Backend& h) {
+        Tensors c{to_host(t)};
+        h.send(c, dst, tag)->wait();
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recv(Tensors& tensors, int src, int tag) {
+  TORCH_CHECK(tensors.size() == 1, "neuron: recv takes one tensor");
+  check_rank(src, size_, "recv", "source");
+  TORCH_CHECK(src != rank_, "neuron: recv: rank ", rank_, " cannot receive from itself");
+  const at::Tensor t = tensors[0];
+  check_layout(t, "recv");
+  return enqueue(
+      "neuron::recv", c10d::OpType::RECV, {t}, {t},
+      [=](ShmGroup& g) {
+        g.begin("recv from rank " + std::to_string(src), "p2p");
+        g.recv(src, ptr(t), nbytes(t));
+        g.end();
+      },
+      [=](c10d::Backend& h) {
+        Tensors c{to_host(t)};
+        h.recv(c, src, tag)->wait();
+        from_host(t, c[0]);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(const c10d::BarrierOptions& opts) {
+  std::optional<c10::Device> device;
+  if (opts.device && opts.device->type() == kNeuron) device = *opts.device;
+  if (!device && !opts.device_ids.empty()) device = c10::Device(kNeuron, static_cast<c10::DeviceIndex>(opts.device_ids[0]));
+  return enqueue(
+      "neuron::barrier", c10d::OpType::BARRIER, {}, {},
+      [](ShmGroup& g) {
+        g.begin("barrier", "barrier");
+        g.arrive();
+        g.end();
+      },
+      [](c10d::Backend& h) { h.barrier(c10d::BarrierOptions())->wait(); }, /*blocking=*/true, device);
+}
+
+}  // namespace torch_neuronx

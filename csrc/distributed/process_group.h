@@ -1,0 +1,106 @@
+// ProcessGroupNeuron: the c10d backend "neuron" (registered for device "neuron" by
+// torch_neuronx/distributed.py).
+//
+// Policy:
+// - A collective is a task on the group's own stream of the device, as a NCCL kernel is on its
+//   communicator's stream: it first waits for the caller's current stream, and Work.wait() makes
+//   the caller's current stream wait for it (the host does not block; barrier's wait does). The
+//   task holds its tensors, so their blocks return to the allocator only when it has run.
+// - Transport: ranks on one host exchange through a shared-memory segment (neuronrt::ShmGroup);
+//   a group spanning hosts stages through host memory into gloo, which the Python factory
+//   creates and hands in. Both run inside the task, so the ordering is the same.
+// - Reductions run in rank order on every rank, so every rank gets bitwise the same result;
+//   16-bit floats accumulate in float32.
+// - Checks that need only this rank (devices, dtypes, sizes, layout) raise at the call; checks
+//   that need all ranks (mismatched calls, sizes, a missing or dead rank, the timeout) fail the
+//   task, abort the group for every rank, and raise at the next synchronizing call; any later
+//   collective on the group raises at once.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace neuronrt {
+class ShmGroup;
+}
+
+namespace torch_neuronx {
+
+class ProcessGroupNeuron : public c10d::Backend {
+ public:
+  // `host` is null when every rank shares this host; otherwise the group runs over it.
+  ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                     std::chrono::milliseconds timeout, std::string label, c10::intrusive_ptr<c10d::Backend> host);
+  ~ProcessGroupNeuron() override;
+
+  const std::string getBackendName() const override { return "neuron"; }
+  c10::intrusive_ptr<Options> getBackendOptions() override;
+  bool transport_is_shared_memory() const { return host_ == nullptr; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                     const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits, std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  // How a collective runs inside its task: on the shared-memory group, or (a group spanning
+  // hosts) over the host backend with tensors staged through host memory.
+  using ShmBody = std::function<void(neuronrt::ShmGroup&)>;
+  using HostBody = std::function<void(c10d::Backend& host)>;
+
+ private:
+  struct Call;
+  // Checks the tensors' device and queues the collective; `blocking` makes Work.wait() wait on
+  // the host too (barrier).
+  c10::intrusive_ptr<c10d::Work> enqueue(const char* name, c10d::OpType type, std::vector<at::Tensor> tensors,
+                                         std::vector<at::Tensor> outputs, ShmBody shm, HostBody host,
+                                         bool blocking = false, std::optional<c10::Device> device = std::nullopt);
+  // The group's device, bound at its first collective; `hint` serves a call without tensors.
+  c10::Device device_for(const std::vector<at::Tensor>& tensors, const char* name, std::optional<c10::Device> hint);
+
+  std::chrono::milliseconds timeout_;
+  std::string label_;
+  std::shared_ptr<neuronrt::ShmGroup> shm_;  // shared with queued tasks
+  c10::intrusive_ptr<c10d::Backend> host_;
+  std::mutex mu_;
+  std::optional<c10::Device> device_;  // bound at the first collective (or barrier's device)
+  std::optional<c10::Stream> stream_;  // this group's stream on that device
+};
+
+}  // namespace torch_neuronx
