@@ -3,6 +3,7 @@
 // backend (tensors staged through host memory). Device memory of the software NeuronCore is host
 // addressable, so staging and the shared-memory copies are plain copies; a hardware runtime
 // would DMA here.
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/div.h>
 #include <ATen/ops/mul.h>
@@ -570,11 +571,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(Tensors& outputs, Te
       "neuron::all_to_all", c10d::OpType::ALLTOALL, concat(ins, outs), outs,
       [=, send = pieces(inputs), recv = pieces(outputs)](ShmGroup& g) { shm_alltoall(g, send, recv); },
       [=](c10d::Backend& h) {
-        Tensors ci, co;
-        for (const auto& t : ins) ci.push_back(to_host(t).view(t.sizes()));
-        for (const auto& t : outs) co.push_back(to_host(t).view(t.sizes()));
-        h.alltoall(co, ci)->wait();
-        from_host_all(outs, co);
+        // gloo's list form needs equal sizes: send one flat buffer with split sizes instead.
+        std::vector<int64_t> in_splits, out_splits;
+        for (const auto& t : ins) in_splits.push_back(t.numel());
+        for (const auto& t : outs) out_splits.push_back(t.numel());
+        at::Tensor ci = at::cat(host_all(ins)), co = at::cat(host_all(outs));
+        std::vector<int64_t> os = out_splits, is = in_splits;  // the backend may take them over
+        h.alltoall_base(co, ci, os, is)->wait();
+        from_host_all(outs, co.split_with_sizes(out_splits));
       });
 }
 
@@ -586,15 +590,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::send(Tensors& tensors, int ds
   check_layout(t, "send");
   return enqueue(
       "neuron::send", c10d::OpType::SEND, {t}, {t},
-      [=](ShmGroup& g) {
-        g.begin("send to rank " + std::to_string(dst), "p2p");
-        g.send(dst, ptr(t), nbytes(t));
-        g.end();
-      },
+      [=](ShmGroup& g) { g.send(dst, ptr(t), nbytes(t)); },
       [=](c10d::Backend& h) {
         Tensors c{to_host(t)};
         h.send(c, dst, tag)->wait();
-      });
+      },
+      false, std::nullopt, kSends);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recv(Tensors& tensors, int src, int tag) {
@@ -605,16 +606,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recv(Tensors& tensors, int sr
   check_layout(t, "recv");
   return enqueue(
       "neuron::recv", c10d::OpType::RECV, {t}, {t},
-      [=](ShmGroup& g) {
-        g.begin("recv from rank " + std::to_string(src), "p2p");
-        g.recv(src, ptr(t), nbytes(t));
-        g.end();
-      },
+      [=](ShmGroup& g) { g.recv(src, ptr(t), nbytes(t)); },
       [=](c10d::Backend& h) {
         Tensors c{to_host(t)};
         h.recv(c, src, tag)->wait();
         from_host(t, c[0]);
-      });
+      },
+      false, std::nullopt, kReceives);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(const c10d::BarrierOptions& opts) {

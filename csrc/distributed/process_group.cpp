@@ -132,7 +132,7 @@ c10::Device ProcessGroupNeuron::device_for(const std::vector<at::Tensor>& tensor
   if (!device) device = device_.value_or(c10::Device(kNeuron, current_device()));
   if (!device_) {
     device_ = device;
-    stream_ = new_stream(device->index(), 0);
+    for (int lane = kCollectives; lane <= kReceives; ++lane) streams_.push_back(new_stream(device->index(), 0));
   }
   TORCH_CHECK(*device_ == *device, "neuron: ", name, " on ", label_, " got tensors on ", *device,
               ", but this rank's group runs on ", *device_, " (one device per rank: torch.neuron.set_device)");
@@ -142,7 +142,7 @@ c10::Device ProcessGroupNeuron::device_for(const std::vector<at::Tensor>& tensor
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(const char* name, c10d::OpType type,
                                                            std::vector<at::Tensor> tensors,
                                                            std::vector<at::Tensor> outputs, ShmBody shm, HostBody host,
-                                                           bool blocking, std::optional<c10::Device> hint) {
+                                                           bool blocking, std::optional<c10::Device> hint, Lane lane) {
   const c10::Device device = device_for(tensors, name, hint);
   if (shm_) {
     if (const std::string why = shm_->aborted_reason(); !why.empty()) {
@@ -151,7 +151,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(const char* name, c10
     }
   }
   neuronrt::Queue& caller = current_queue(device.index());
-  neuronrt::Queue& queue = queue_of(*stream_);
+  const c10::Stream stream = streams_[lane];
+  neuronrt::Queue& queue = queue_of(stream);
   auto status = std::make_shared<Status>();
   uint64_t seq = 0;
   checked([&] {
@@ -179,7 +180,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(const char* name, c10
                                                          std::vector<c10::Device>{device});
   {
     // The future's completion event is recorded on the group's stream, after the collective.
-    c10::StreamGuard on_group_stream(*stream_);
+    c10::StreamGuard on_group_stream(stream);
     future->markCompleted(c10::IValue(outputs));
   }
   return c10::make_intrusive<NeuronWork>(rank_, type, device, &queue, seq, std::move(status), std::move(outputs),

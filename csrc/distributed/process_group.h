@@ -86,11 +86,15 @@ class ProcessGroupNeuron : public c10d::Backend {
 
  private:
   struct Call;
+  // The group's streams: collectives on one; sends and receives each on their own, so a rank's
+  // receive waiting for its peer holds back neither its sends nor its collectives.
+  enum Lane { kCollectives = 0, kSends = 1, kReceives = 2 };
   // Checks the tensors' device and queues the collective; `blocking` makes Work.wait() wait on
   // the host too (barrier).
   c10::intrusive_ptr<c10d::Work> enqueue(const char* name, c10d::OpType type, std::vector<at::Tensor> tensors,
                                          std::vector<at::Tensor> outputs, ShmBody shm, HostBody host,
-                                         bool blocking = false, std::optional<c10::Device> device = std::nullopt);
+                                         bool blocking = false, std::optional<c10::Device> device = std::nullopt,
+                                         Lane lane = kCollectives);
   // The group's device, bound at its first collective; `hint` serves a call without tensors.
   c10::Device device_for(const std::vector<at::Tensor>& tensors, const char* name, std::optional<c10::Device> hint);
 
@@ -100,7 +104,7 @@ class ProcessGroupNeuron : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> host_;
   std::mutex mu_;
   std::optional<c10::Device> device_;  // bound at the first collective (or barrier's device)
-  std::optional<c10::Stream> stream_;  // this group's stream on that device
+  std::vector<c10::Stream> streams_;   // this group's streams on that device, by Lane
 };
 
 }  // namespace torch_neuronx

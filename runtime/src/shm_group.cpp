@@ -357,7 +357,7 @@ void ShmGroup::arrive() {
           if (!arrived(r)) missing.push_back(r);
         return missing;
       },
-      "to join");
+      "to join", what_);
   if (round == first_round_) check_signatures();
 }
 
@@ -379,7 +379,7 @@ void ShmGroup::check_signatures() {
 }
 
 template <class Ready, class Missing>
-void ShmGroup::wait(Ready ready, Missing missing, const char* waiting_for) {
+void ShmGroup::wait(Ready ready, Missing missing, const char* waiting_for, const std::string& what) {
   if (ready()) return;
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
@@ -388,8 +388,10 @@ void ShmGroup::wait(Ready ready, Missing missing, const char* waiting_for) {
   auto next_report = start + watchdog;
   auto next_peer_check = start;
   auto where = [&] {
-    return what_ + " on " + opts_.label + " (rank " + std::to_string(opts_.rank) + " of " +
-           std::to_string(opts_.size) + ", collective #" + std::to_string(collectives_) + ")";
+    return what + " on " + opts_.label + " (rank " + std::to_string(opts_.rank) + " of " + std::to_string(opts_.size) +
+           // Only a collective (called with what_ itself) numbers itself: sends and receives run on
+           // other threads and must not read the collectives' counters.
+           (&what == &what_ ? ", collective #" + std::to_string(collectives_) : std::string()) + ")";
   };
   for (uint64_t spins = 0;; ++spins) {
     if (ready()) return;
@@ -432,12 +434,16 @@ void ShmGroup::wait(Ready ready, Missing missing, const char* waiting_for) {
 }
 
 void ShmGroup::send(int dst, const void* data, size_t bytes) {
+  const std::string what = "send to rank " + std::to_string(dst);
+  if (const std::string why = aborted_reason(); !why.empty()) {
+    throw CollectiveError("neuron: " + what + " on " + opts_.label + " cannot run: the group is unusable since " + why);
+  }
   Channel& ch = channel(opts_.rank, dst);
   const size_t n = std::max<size_t>(1, (bytes + opts_.chunk_bytes - 1) / opts_.chunk_bytes);
   for (size_t i = 0; i < n; ++i) {
     const uint64_t index = sent_[dst];
     wait([&] { return ch.taken.load(std::memory_order_acquire) + 2 > index; }, [&] { return std::vector<int>{dst}; },
-         "to receive");
+         "to receive", what);
     const size_t off = i * opts_.chunk_bytes;
     const size_t len = std::min(opts_.chunk_bytes, bytes - std::min(bytes, off));
     if (len) std::memcpy(chunk(opts_.rank, dst, index), static_cast<const uint8_t*>(data) + off, len);
@@ -448,14 +454,18 @@ void ShmGroup::send(int dst, const void* data, size_t bytes) {
 }
 
 void ShmGroup::recv(int src, void* data, size_t bytes) {
+  const std::string what = "recv from rank " + std::to_string(src);
+  if (const std::string why = aborted_reason(); !why.empty()) {
+    throw CollectiveError("neuron: " + what + " on " + opts_.label + " cannot run: the group is unusable since " + why);
+  }
   Channel& ch = channel(src, opts_.rank);
   const size_t n = std::max<size_t>(1, (bytes + opts_.chunk_bytes - 1) / opts_.chunk_bytes);
   for (size_t i = 0; i < n; ++i) {
     const uint64_t index = received_[src];
     wait([&] { return ch.sent.load(std::memory_order_acquire) > index; }, [&] { return std::vector<int>{src}; },
-         "to send");
+         "to send", what);
     if (ch.message_bytes[index % 2] != bytes) {
-      fail("neuron: " + what_ + " on " + opts_.label + ": rank " + std::to_string(opts_.rank) + " expects " +
+      fail("neuron: " + what + " on " + opts_.label + ": rank " + std::to_string(opts_.rank) + " expects " +
            std::to_string(bytes) + " bytes from rank " + std::to_string(src) + ", which sent " +
            std::to_string(ch.message_bytes[index % 2]));
     }

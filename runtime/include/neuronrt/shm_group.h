@@ -82,6 +82,8 @@ class ShmGroup {
   // Rank r's device memory at `where` (this rank's too, through a second mapping).
   uint8_t* peer(int r, const Location& where);
 
+  // Point to point, outside collectives: may run on another thread than the collectives (a
+  // rank's sends must not wait behind its own receives), one thread for sends, one for receives.
   void send(int dst, const void* data, size_t bytes);
   void recv(int src, void* data, size_t bytes);
 
@@ -95,7 +97,7 @@ class ShmGroup {
   struct RankState;
   struct Channel;
   template <class Ready, class Missing>
-  void wait(Ready ready, Missing missing, const char* waiting_for);
+  void wait(Ready ready, Missing missing, const char* waiting_for, const std::string& what);
   void fail(const std::string& message);
   void check_signatures();
   void exchange_fds();
@@ -110,8 +112,8 @@ class ShmGroup {
   Header* header_ = nullptr;
   uint64_t round_ = 0;          // the current round (rounds count from 1)
   uint64_t first_round_ = 0;    // of the collective in progress
-  uint64_t collectives_ = 0;    // started on this group, for messages
-  std::string what_;            // the collective in progress
+  uint64_t collectives_ = 0;    // started on this group, for messages (collectives' thread)
+  std::string what_;            // the collective in progress (collectives' thread)
   std::vector<uint64_t> sent_, received_;  // chunks per peer, point to point
   std::vector<std::vector<int>> peer_fds_;  // [rank][device], received (ours: dup'ed)
   std::vector<std::vector<std::pair<uint8_t*, size_t>>> peer_maps_;  // mapped on first use

@@ -1,0 +1,28 @@
+"""Runs scenario groups in one process group: `worker.py --suite collectives --suite dtensor ...`,
+started once per rank by launch.py (or torchrun). See common.py for what it records."""
+import importlib
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # `python -P` leaves the script's folder out
+
+import common  # noqa: E402
+
+SUITES = ("collectives", "dtensor", "train")
+
+
+def main():
+    args = common.parse_args()
+    unknown = set(args.suite) - set(SUITES)
+    if unknown or not args.suite:
+        raise SystemExit(f"--suite must name some of {SUITES}, got {args.suite}")
+    ctx = common.init(args)
+    scenarios = []
+    for suite in args.suite:
+        scenarios += importlib.import_module(suite).scenarios(ctx)
+    common.run(ctx, scenarios)
+    common.finish()
+
+
+if __name__ == "__main__":
+    main()

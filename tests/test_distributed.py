@@ -1,0 +1,267 @@
+"""Multi-process tests of torch.distributed on the neuron device: c10d collectives, DTensor, DDP,
+FSDP2, tensor parallelism, Accelerate + Trainer, transformers' tensor-parallel loading, and what a
+rank sees when a peer fails.
+
+Every test runs twice: on neuron with the "neuron" backend, and on cpu with gloo, which checks the
+suite itself (it turns on by itself once `import torch_neuronx` registers the "neuron" backend).
+The ranks run the scripts in tests/distributed/ (launched by launch.py, under a hard time limit);
+one launch runs many scenarios and is shared by the tests of this module. Scenarios compare
+against values every rank can compute, or save tensors that the tests here compare with a
+single-process reference computed in this process. Each scenario is its own subtest.
+"""
+import os
+import re
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "distributed")
+sys.path.insert(0, HERE)
+
+import launch as L  # noqa: E402
+import workloads as W  # noqa: E402
+
+LAUNCH_TIMEOUT_S = {2: 180, 4: 240}
+
+
+def _neuron_skip_reason(nproc: int = 2):
+    try:
+        import torch_neuronx  # noqa: F401
+    except ImportError as e:
+        return f"torch_neuronx does not import: {e}"
+    if "neuron" not in dist.Backend.backend_list:
+        return "no 'neuron' c10d backend registered by `import torch_neuronx` (ProcessGroupNeuron)"
+    if torch.neuron.device_count() < nproc:
+        return f"needs {nproc} neuron devices, found {torch.neuron.device_count()}"
+    return None
+
+
+def devices(nproc: int = 2):
+    reason = _neuron_skip_reason(nproc)
+    return [pytest.param("cpu", id="cpu-gloo"),
+            pytest.param("neuron", id="neuron", marks=pytest.mark.skipif(reason is not None, reason=str(reason)))]
+
+
+def _env(device):
+    # cpu runs keep torch_neuronx out of the ranks: transformers and accelerate pick "the
+    # accelerator" by themselves, which would be neuron (with gloo, which cannot move its tensors)
+    return {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"} if device == "cpu" else {}
+
+
+_RUNS = {}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """run(script, nproc, device, *args) -> (Launch, out folder); each distinct launch happens once."""
+    def get(script, nproc, device, *args):
+        key = (script, nproc, device, args)
+        if key not in _RUNS:
+            out = tmp_path_factory.mktemp(f"{script.removesuffix('.py')}-{nproc}-{device}")
+            backend = "neuron" if device == "neuron" else "gloo"
+            r = L.launch(os.path.join(HERE, script), nproc, ["--device", device, "--backend", backend, *args],
+                         str(out), LAUNCH_TIMEOUT_S[nproc], env=_env(device))
+            _RUNS[key] = (r, str(out))
+        return _RUNS[key]
+    yield get
+    _RUNS.clear()
+
+
+def core(run, device, nproc):
+    return run("worker.py", nproc, device, "--suite", "collectives", "--suite", "dtensor", "--suite", "train")
+
+
+def check_scenarios(subtests, r, prefix, required=(), compare=None):
+    """One subtest per scenario named `prefix...`; `compare(name)` adds the reference comparison."""
+    assert not r.timed_out, r.tail()
+    names = r.scenarios(prefix)
+    missing = [q for q in required if not any(q in n for n in names)]
+    assert names and not missing, f"scenarios missing under {prefix!r}: {missing}\n" + r.tail()
+    for name in names:
+        with subtests.test(msg=name):
+            state, msg = r.verdict(name)
+            if state == "skip":
+                pytest.skip(msg)
+            assert state == "pass", msg
+            if compare is not None:
+                compare(name)
+
+
+def check_clean_exit(r):
+    assert r.returncodes == [0] * len(r.returncodes), r.tail()
+    assert r.shm_leaked == [], f"shared memory left in /dev/shm: {r.shm_leaked}"
+
+
+def load(out, name, nproc):
+    return [torch.load(L.artifact(out, name, k)) for k in range(nproc)]
+
+
+def assert_params(got: dict, ref: dict, atol: float, rtol: float, label: str):
+    assert got.keys() == ref.keys(), f"{label}: parameter names differ"
+    for k in ref:
+        torch.testing.assert_close(got[k], ref[k], atol=atol, rtol=rtol, msg=lambda m: f"{label} {k}: {m}")
+
+
+def assert_updates(got: dict, ref: dict, init: dict, rel: float, label: str):
+    """The update of each tensor (final - initial) matches the reference's to within `rel` of its
+    largest entry: bf16 arithmetic may round differently on another device (bf16 against fp32
+    compute moves updates by ~1.3%), a wrong reduction or a lost shard moves them by 50-100%."""
+    for k in ref:
+        want, have = ref[k] - init[k], got[k] - init[k]
+        scale = want.abs().max().item()
+        worst = (have - want).abs().max().item()
+        assert worst <= rel * scale + 1e-6, f"{label} {k}: update differs by {worst:.3g}, largest update {scale:.3g}"
+
+
+# ---- c10d collectives -------------------------------------------------------------------------
+
+COLLECTIVES = ["broadcast", "all_reduce_sum", "all_reduce_avg", "all_reduce_min", "all_reduce_max",
+               "all_reduce_product", "all_reduce_coalesced", "reduce[", "all_gather[", "all_gather_into_tensor",
+               "reduce_scatter[", "reduce_scatter_tensor", "all_to_all[", "all_to_all_uneven", "all_to_all_single",
+               "send_recv", "isend_irecv", "batch_isend_irecv", "barrier", "gather[", "scatter[", "async_op", "functional", "objects"]
+
+
+@pytest.mark.parametrize("nproc", [2, 4])
+@pytest.mark.parametrize("device", devices(4))
+def test_collectives(run, subtests, device, nproc):
+    r, _ = core(run, device, nproc)
+    required = [f"world/{c}" for c in COLLECTIVES] + ["world/compiled"]
+    if nproc == 4:
+        required += [f"group[1,3]/{c}" for c in COLLECTIVES]
+    check_scenarios(subtests, r, "collectives/", required)
+    check_clean_exit(r)
+
+
+@pytest.mark.skipif(_neuron_skip_reason() is not None, reason=str(_neuron_skip_reason()))
+def test_collectives_over_the_host_transport(subtests, tmp_path):
+    """The path of groups that span hosts (gloo underneath, tensors staged through host memory),
+    forced on one host: the same collectives, the same answers."""
+    r = L.launch(os.path.join(HERE, "worker.py"), 2, ["--device", "neuron", "--backend", "neuron", "--suite",
+                                                      "collectives"], str(tmp_path), LAUNCH_TIMEOUT_S[2],
+                 env={"TORCH_NEURONX_DIST_TRANSPORT": "host"})
+    check_scenarios(subtests, r, "collectives/", ["world/transport"] + [f"world/{c}" for c in COLLECTIVES])
+    check_clean_exit(r)
+
+
+# ---- DTensor ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("device", devices())
+def test_dtensor(run, subtests, device):
+    r, _ = core(run, device, 2)
+    check_scenarios(subtests, r, "dtensor/", ["distribute", "redistribute", "partial", "ops", "random_dropout",
+                                              "random_offset_tracker"])
+
+
+@pytest.mark.parametrize("device", devices(4))
+def test_dtensor_2d_mesh(run, subtests, device):
+    r, _ = core(run, device, 4)
+    check_scenarios(subtests, r, "dtensor/", ["mesh_2d"])
+
+
+# ---- training: DDP, FSDP2, TP, TP x FSDP ------------------------------------------------------
+
+@pytest.mark.parametrize("device", devices())
+def test_ddp_matches_full_batch(run, subtests, device):
+    r, out = core(run, device, 2)
+    losses, params = W.ddp_reference(3)
+
+    def compare(name):
+        ranks = load(out, name, 2)
+        for k, got in enumerate(ranks):
+            assert_params(got["params"], params, 1e-5, 1e-4, f"rank {k}")
+        # each rank's loss is the mean over its half: their mean is the full batch's loss
+        mean = [sum(x["losses"][s] for x in ranks) / 2 for s in range(len(losses))]
+        assert mean == pytest.approx(losses, abs=1e-5), (mean, losses)
+    check_scenarios(subtests, r, "train/ddp", ["ddp"], compare)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_fsdp2_bf16_matches_reference(run, subtests, device):
+    r, out = core(run, device, 2)
+    init = W.full_state(W.tiny_llama())
+    ref_losses, ref_params = W.llama_sgd_reference(3, 2, param_dtype=torch.bfloat16)
+
+    def compare(name):
+        for k, got in enumerate(load(out, name, 2)):
+            assert got["losses"] == pytest.approx(ref_losses[k], abs=5e-4), (k, got["losses"], ref_losses[k])
+            assert_updates(got["params"], ref_params, init, 0.01, f"{name} rank {k}")
+    check_scenarios(subtests, r, "train/fsdp2", ["reshard_True", "reshard_False"], compare)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_tensor_parallel_matches_one_process(run, subtests, device):
+    r, out = core(run, device, 2)
+    logits, loss, params = W.tp_reference()
+
+    def compare(name):
+        for k, got in enumerate(load(out, name, 2)):
+            torch.testing.assert_close(got["logits"], logits, atol=1e-5, rtol=1e-4)
+            assert got["loss"] == pytest.approx(loss, abs=1e-5)
+            assert_params(got["params"], params, 1e-5, 1e-4, f"rank {k}")
+    check_scenarios(subtests, r, "train/tp", ["tp"], compare)
+
+
+@pytest.mark.parametrize("device", devices(4))
+def test_tp_fsdp_2d_matches_reference(run, subtests, device):
+    r, out = core(run, device, 4)
+    ref_losses, ref_params = W.llama_sgd_reference(2, 2)
+
+    def compare(name):
+        for k, got in enumerate(load(out, name, 4)):
+            assert got["losses"] == pytest.approx(ref_losses[got["dp_rank"]], abs=1e-5)
+            assert_params(got["params"], ref_params, 1e-5, 1e-4, f"rank {k}")
+    check_scenarios(subtests, r, "train/tp_fsdp_2d", ["tp_fsdp_2d"], compare)
+
+
+# ---- Hugging Face: Accelerate + Trainer, tensor-parallel from_pretrained -----------------------
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("tiny-llama"))
+    W.tiny_llama().save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("device", devices())
+def test_accelerate_trainer_and_tp_from_pretrained(run, subtests, device, tiny_checkpoint):
+    import transformers
+    r, out = run("hf.py", 2, device, "--model-dir", tiny_checkpoint)
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_checkpoint)
+    ids = W.tokens(5, batch=2, seq=8)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits
+    tokens = model.generate(ids, max_new_tokens=8, do_sample=False)
+
+    def compare(name):
+        if name != "hf/tp_from_pretrained":
+            return
+        for got in load(out, "hf/tp_generate", 2):
+            torch.testing.assert_close(got["logits"], logits, atol=1e-5, rtol=1e-4)
+            assert torch.equal(got["tokens"], tokens), (got["tokens"], tokens)
+    check_scenarios(subtests, r, "hf/", ["accelerate_state", "trainer", "tp_from_pretrained"], compare)
+    check_clean_exit(r)
+
+
+# ---- failure behaviour (neuron backend only) ---------------------------------------------------
+
+@pytest.mark.skipif(_neuron_skip_reason() is not None, reason=str(_neuron_skip_reason()))
+@pytest.mark.parametrize("mode", ["exit", "sleep"])
+def test_peer_failure_raises_within_timeout(tmp_path, mode):
+    """A peer that dies (exit) or never joins (sleep): the survivor's all_reduce raises within the
+    group's 5 s timeout, names the collective and the missing rank; the group stays failed."""
+    import json
+    r = L.launch(os.path.join(HERE, "failures.py"), 2, ["--device", "neuron", "--mode", mode], str(tmp_path),
+                 timeout=90, env=_env("neuron"))
+    assert not r.timed_out and r.seconds < 45, r.tail()
+    with open(tmp_path / "failure.json") as f:
+        res = json.load(f)
+    first, second = res["first"], res["second"]
+    assert first["raised"], f"all_reduce returned although rank 1 is gone: {first}"
+    assert first["seconds"] < res["timeout"] + 5, first
+    assert re.search(r"all_?reduce", first["message"], re.I), first["message"]
+    assert re.search(r"rank[s]?\D{0,20}\b1\b", first["message"], re.I), first["message"]
+    assert second["raised"] and second["seconds"] < 2, f"the next collective must fail at once: {second}"
+    assert r.returncodes[0] == 0, r.tail()
+    assert r.shm_leaked == [], f"shared memory left in /dev/shm: {r.shm_leaked}"
