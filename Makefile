@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.requirements-stamp
 RT_BUILD := build/runtime-tests
 RT_CMAKE := -G Ninja -DNEURONX_BUILD_EXTENSION=OFF -DNEURONX_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all sysdeps venv install runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile conformance hf-matrix clean
+.PHONY: all sysdeps venv install runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile bench-collectives conformance hf-matrix clean
 
 all: install
 
@@ -62,6 +62,9 @@ bench-e2e: install
 
 bench-compile: install
 	$(PY) -P benchmarks/compile.py
+
+bench-collectives: install
+	$(PY) -P benchmarks/collectives.py
 
 # The whole OpInfo database on neuron against CPU (long; progress on stderr). Report in
 # conformance-report/; fails on a regression or a stale expected failure.

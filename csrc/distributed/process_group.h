@@ -5,12 +5,16 @@
 // - A collective is a task on the group's own stream of the device, as a NCCL kernel is on its
 //   communicator's stream: it first waits for the caller's current stream, and Work.wait() makes
 //   the caller's current stream wait for it (the host does not block; barrier's wait does). The
-//   task holds its tensors, so their blocks return to the allocator only when it has run.
-// - Transport: ranks on one host exchange through a shared-memory segment (neuronrt::ShmGroup);
-//   a group spanning hosts stages through host memory into gloo, which the Python factory
-//   creates and hands in. Both run inside the task, so the ordering is the same.
-// - Reductions run in rank order on every rank, so every rank gets bitwise the same result;
-//   16-bit floats accumulate in float32.
+//   task holds its tensors, so their blocks return to the allocator only when it has run. Sends
+//   and receives have a stream each, so a receive waiting for its peer holds nothing else back.
+// - Transport: ranks on one host use each other's device memory in place (neuronrt::ShmGroup
+//   maps the peers' device memory files): a first round publishes where every rank's tensors
+//   are, each rank then does its share of the work reading and writing any rank's tensors, and a
+//   last round keeps them in place until all are done. A group spanning hosts stages through
+//   host memory into gloo, which the Python factory creates and hands in. Both run inside the
+//   task, so the ordering is the same.
+// - Reductions run in rank order, each element on one rank, written to every rank: every rank
+//   gets bitwise the same result. 16-bit floats accumulate in float32.
 // - Checks that need only this rank (devices, dtypes, sizes, layout) raise at the call; checks
 //   that need all ranks (mismatched calls, sizes, a missing or dead rank, the timeout) fail the
 //   task, abort the group for every rank, and raise at the next synchronizing call; any later

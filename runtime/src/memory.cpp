@@ -45,6 +45,10 @@ void DeviceMemory::reserve_locked() {
     throw std::runtime_error("neuron runtime: cannot reserve " + std::to_string(range_) +
                              " bytes of address space for device memory: " + why);
   }
+  // A forked child must not reach the parent's device memory (the mapping is shared, not copied
+  // on write): it does not inherit the mapping, and never frees pages of the file (free()).
+  madvise(p, range_, MADV_DONTFORK);
+  owner_pid_ = getpid();
   fd_ = fd;
   base_ = static_cast<char*>(p);
   insert_free_locked(0, range_);
@@ -97,7 +101,7 @@ void DeviceMemory::free(void* ptr) {
   uint64_t start = offset, size = live->second;
   live_.erase(live);
   used_ -= size;
-  if (size >= kReleaseThreshold && !protected_) {
+  if (size >= kReleaseThreshold && !protected_ && getpid() == owner_pid_) {
     // Interior whole pages only: neighbours may share the first and last page.
     const uint64_t lo = round_up(start, 4096), hi = (start + size) / 4096 * 4096;
     // Punching the hole frees the file's pages (dropping the mapping alone would keep them).

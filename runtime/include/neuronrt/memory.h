@@ -55,6 +55,7 @@ class DeviceMemory {
   const uint64_t range_;  // address range: capacity_ * kAddressSlack
   char* base_ = nullptr;
   int fd_ = -1;
+  int owner_pid_ = 0;  // the process that made the file (a forked child only keeps books)
   bool protected_ = false;
   mutable std::mutex mu_;
   uint64_t used_ = 0;
