@@ -178,6 +178,31 @@ def test_inplace_out_and_resize():
     assert st.nbytes() == 24
 
 
+@pytest.mark.parametrize("name,call,same_message", [
+    ("mean out= of an integer dtype",
+     lambda x: torch.mean(x, 1, out=torch.empty(3, dtype=torch.long, device=x.device)), True),
+    # CPU's amax says "Expected the dtype for input and out to match"; neuron raises PyTorch's
+    # general out= cast error: both at the call.
+    ("amax out= of an integer dtype",
+     lambda x: torch.amax(x, 1, out=torch.empty(3, dtype=torch.long, device=x.device)), False),
+    ("gelu approximate", lambda x: F.gelu(x, approximate="bad"), True),
+    ("gelu_backward approximate", lambda x: torch.ops.aten.gelu_backward(x, x, approximate="bad"), True),
+])
+def test_argument_errors_raise_at_the_call(name, call, same_message):
+    """An error the arguments alone decide raises at the call, not at a later synchronize blamed
+    on whatever ran next."""
+    x = torch.randn(3, 4)
+    with pytest.raises(RuntimeError) as on_cpu:
+        call(x)
+    with pytest.raises(RuntimeError) as on_neuron:
+        call(x.to("neuron"))
+    if same_message:
+        assert str(on_cpu.value).splitlines()[0] in str(on_neuron.value)
+    else:
+        assert "Long" in str(on_neuron.value) and "task" not in str(on_neuron.value)
+    torch.neuron.synchronize()  # nothing was queued that could fail later
+
+
 def test_item_and_printing():
     x = torch.tensor([1.5, -2.0], device="neuron")
     assert x[0].item() == 1.5

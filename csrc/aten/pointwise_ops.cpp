@@ -151,6 +151,26 @@
 
 #include "aten/structured_macros.h"
 
+// gelu's meta functions leave `approximate` to the CPU kernel, which would raise only when the
+// task runs; these check it first, so a bad value raises at the call (as on CUDA).
+namespace at::meta {
+inline void neuron_check_gelu_approximate(c10::string_view approximate) {
+  TORCH_CHECK(approximate == "none" || approximate == "tanh", "approximate argument must be either none or tanh.");
+}
+struct neuron_structured_gelu : structured_gelu {
+  void meta(const at::Tensor& self, c10::string_view approximate) {
+    neuron_check_gelu_approximate(approximate);
+    structured_gelu::meta(self, approximate);
+  }
+};
+struct neuron_structured_gelu_backward : structured_gelu_backward {
+  void meta(const at::Tensor& grad, const at::Tensor& self, c10::string_view approximate) {
+    neuron_check_gelu_approximate(approximate);
+    structured_gelu_backward::meta(grad, self, approximate);
+  }
+};
+}  // namespace at::meta
+
 namespace torch_neuronx {
 
 #define NX_SAME_SHAPE(M) \
@@ -277,7 +297,7 @@ NX_FIO(clamp_min, "clamp_min", "clamp_min_", "clamp_min.out", structured_clamp_m
        (, const Scalar& min), (, min))
 NX_FIO(clamp_max, "clamp_max", "clamp_max_", "clamp_max.out", structured_clamp_max, clamp_max_out,
        (, const Scalar& max), (, max))
-NX_FIO(gelu, "gelu", "gelu_", "gelu.out", structured_gelu, gelu_out, (, c10::string_view approximate),
+NX_FIO(gelu, "gelu", "gelu_", "gelu.out", neuron_structured_gelu, gelu_out, (, c10::string_view approximate),
        (, approximate))
 NX_FIO(leaky_relu, "leaky_relu", "leaky_relu_", "leaky_relu.out", structured_leaky_relu, leaky_relu_out,
        (, const Scalar& slope), (, slope))
@@ -295,7 +315,7 @@ NX_FO(tanh_backward, "tanh_backward", "tanh_backward.grad_input", structured_tan
       (const Tensor& grad_output, const Tensor& output), (grad_output, output))
 NX_FO(silu_backward, "silu_backward", "silu_backward.grad_input", structured_silu_backward, silu_backward_out,
       (const Tensor& grad_output, const Tensor& self), (grad_output, self))
-NX_FO(gelu_backward, "gelu_backward", "gelu_backward.grad_input", structured_gelu_backward, gelu_backward_out,
+NX_FO(gelu_backward, "gelu_backward", "gelu_backward.grad_input", neuron_structured_gelu_backward, gelu_backward_out,
       (const Tensor& grad_output, const Tensor& self, c10::string_view approximate),
       (grad_output, self, approximate))
 NX_FO(threshold_backward, "threshold_backward", "threshold_backward.grad_input", structured_threshold_backward,

@@ -234,6 +234,22 @@ template <class Meta, size_t N = 1, class Kernel, class Outs, class... Args>
 void structured_out(OpRecord& rec, Kernel kernel, const Outs& outs, const Args&... args) {
   auto op = std::apply([](const auto&... o) { return OutOp<Meta, N>(o...); }, outs);
   const auto device = std::apply([&](const auto&... o) { return check_args(rec.name.c_str(), o..., args...); }, outs);
+  if constexpr (!kIsIterator<Meta>) {
+    // The dtypes the functional form gives must cast to the out= tensors' (PyTorch's rule): CPU
+    // kernels check it inside, where it would surface only at a sync. TensorIterator metas check
+    // it themselves. A functional meta may write its outputs (baddbmm's queues a copy), so they are
+    // real, if short-lived; out= calls are rare.
+    FunctionalOp<Meta, N> probe;
+    probe.device = device;
+    probe.meta(meta_arg(args)...);
+    const std::array<c10::ScalarType, N> out_dtypes =
+        std::apply([](const auto&... o) { return std::array<c10::ScalarType, N>{o.scalar_type()...}; }, outs);
+    for (size_t i = 0; i < N; ++i) {
+      const auto dtype = probe.outputs_[i].scalar_type();
+      TORCH_CHECK(c10::canCast(dtype, out_dtypes[i]), "result type ", dtype, " can't be cast to the desired output type ",
+                  out_dtypes[i]);
+    }
+  }
   op.meta(meta_arg(args)...);
   std::array<at::Tensor, N> arr = std::apply([](const auto&... o) { return std::array<at::Tensor, N>{o...}; }, outs);
   queue_kernel<N>(device, rec, kernel, arr, args...);
