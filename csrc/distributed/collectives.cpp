@@ -46,6 +46,23 @@ void check_same(const at::Tensor& a, const at::Tensor& b, int64_t numel_ratio, c
               " elements, expected ", b.numel() * numel_ratio, " (", numel_ratio, " x the input's ", b.numel(), ")");
 }
 
+// The list only the root passes (gather's outputs, scatter's inputs): size tensors like `like`
+// on the root, nothing elsewhere.
+Tensors root_list(const std::vector<Tensors>& lists, bool is_root, int size, const at::Tensor& like,
+                  const char* what, const char* role) {
+  if (!is_root) {
+    TORCH_CHECK(lists.empty() || lists[0].empty(), "neuron: ", what, ": only the root rank takes ", role);
+    return {};
+  }
+  TORCH_CHECK(lists.size() == 1 && static_cast<int>(lists[0].size()) == size, "neuron: ", what, ": the root needs ",
+              size, " ", role, " tensors");
+  for (const auto& t : lists[0]) {
+    check_layout(t, what);
+    check_same(t, like, 1, what);
+  }
+  return lists[0];
+}
+
 int check_rank(int64_t r, int size, const char* what, const char* role) {
   TORCH_CHECK(r >= 0 && r < size, "neuron: ", what, ": ", role, " rank ", r, " is not in this group of ", size);
   return static_cast<int>(r);
@@ -244,18 +261,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(std::vector<Tensors>& 
   const int root = check_rank(opts.rootRank, size_, "gather", "root");
   const at::Tensor in = inputs[0];
   check_layout(in, "gather");
-  Tensors outs;
-  if (rank_ == root) {
-    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_, "neuron: gather: the root needs ",
-                size_, " output tensors");
-    outs = outputs[0];
-  } else {
-    TORCH_CHECK(outputs.empty() || outputs[0].empty(), "neuron: gather: only the root rank takes outputs");
-  }
-  for (const auto& o : outs) {
-    check_layout(o, "gather");
-    check_same(o, in, 1, "gather");
-  }
+  const Tensors outs = root_list(outputs, rank_ == root, size_, in, "gather", "output");
   const std::string sig = signature("gather", in, "root " + std::to_string(root));
   return enqueue(
       "neuron::gather", c10d::OpType::GATHER, concat({in}, outs), outs,
@@ -277,18 +283,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(Tensors& outputs, std
   const int root = check_rank(opts.rootRank, size_, "scatter", "root");
   const at::Tensor out = outputs[0];
   check_layout(out, "scatter");
-  Tensors ins;
-  if (rank_ == root) {
-    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_, "neuron: scatter: the root needs ",
-                size_, " input tensors");
-    ins = inputs[0];
-  } else {
-    TORCH_CHECK(inputs.empty() || inputs[0].empty(), "neuron: scatter: only the root rank takes inputs");
-  }
-  for (const auto& i : ins) {
-    check_layout(i, "scatter");
-    check_same(out, i, 1, "scatter");
-  }
+  const Tensors ins = root_list(inputs, rank_ == root, size_, out, "scatter", "input");
   const std::string sig = signature("scatter", out, "root " + std::to_string(root));
   return enqueue(
       "neuron::scatter", c10d::OpType::SCATTER, concat({out}, ins), {out},

@@ -191,6 +191,21 @@ socklen_t abstract_address(const std::string& name, sockaddr_un& addr) {
 
 constexpr int kMaxSharedFds = 64;
 
+// One handshake message: the sender's rank and how many files, the files as SCM_RIGHTS.
+struct FdMessage {
+  int32_t head[2] = {-1, 0};
+  iovec iov{head, sizeof(head)};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxSharedFds)] = {};
+  msghdr msg{};
+  FdMessage() {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+  }
+  FdMessage(const FdMessage&) = delete;
+};
+
 }  // namespace
 
 void ShmGroup::exchange_fds() {
@@ -214,20 +229,16 @@ void ShmGroup::exchange_fds() {
     if (q == opts_.rank) continue;
     len = abstract_address(opts_.store_get("neuronx_fds/" + std::to_string(q)), addr);
     Socket s(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    int32_t head[2] = {opts_.rank, static_cast<int32_t>(opts_.share_fds.size())};
-    iovec iov{head, sizeof(head)};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxSharedFds)] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = CMSG_SPACE(sizeof(int) * opts_.share_fds.size());
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    FdMessage m;
+    m.head[0] = opts_.rank;
+    m.head[1] = static_cast<int32_t>(opts_.share_fds.size());
+    m.msg.msg_controllen = CMSG_SPACE(sizeof(int) * opts_.share_fds.size());
+    cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
     c->cmsg_len = CMSG_LEN(sizeof(int) * opts_.share_fds.size());
     std::memcpy(CMSG_DATA(c), opts_.share_fds.data(), sizeof(int) * opts_.share_fds.size());
-    if (s.fd < 0 || connect(s.fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || sendmsg(s.fd, &msg, 0) < 0) {
+    if (s.fd < 0 || connect(s.fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || sendmsg(s.fd, &m.msg, 0) < 0) {
       throw std::runtime_error("neuron: cannot share device memory with rank " + std::to_string(q) + " of " +
                                opts_.label + ": " + errno_text() + " (are all ranks in one network namespace?)");
     }
@@ -239,23 +250,17 @@ void ShmGroup::exchange_fds() {
       throw std::runtime_error("neuron: " + opts_.label + ": timed out waiting for the other ranks' device memory");
     }
     Socket c(accept4(listener.fd, nullptr, nullptr, SOCK_CLOEXEC));
-    int32_t head[2] = {-1, 0};
-    iovec iov{head, sizeof(head)};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxSharedFds)] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    if (c.fd < 0 || recvmsg(c.fd, &msg, MSG_CMSG_CLOEXEC) != sizeof(head) || head[0] < 0 || head[0] >= n) {
+    FdMessage m;
+    const int32_t from = c.fd < 0 ? -1 : (recvmsg(c.fd, &m.msg, MSG_CMSG_CLOEXEC) == sizeof(m.head) ? m.head[0] : -1);
+    if (from < 0 || from >= n) {
       throw std::runtime_error("neuron: " + opts_.label + ": a malformed device memory handshake: " + errno_text());
     }
-    for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm != nullptr; cm = CMSG_NXTHDR(&msg, cm)) {
+    for (cmsghdr* cm = CMSG_FIRSTHDR(&m.msg); cm != nullptr; cm = CMSG_NXTHDR(&m.msg, cm)) {
       if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
       const size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
       std::vector<int> fds(count);
       std::memcpy(fds.data(), CMSG_DATA(cm), count * sizeof(int));
-      peer_fds_[head[0]] = std::move(fds);
+      peer_fds_[from] = std::move(fds);
     }
   }
 }
