@@ -136,6 +136,42 @@ def test_rng_reproducible_and_state_layout():
     assert torch.neuron.initial_seed() == 1234
 
 
+def test_generator_offset_api_and_default_generators():
+    """torch.neuron.default_generators holds one generator per device (as torch.cuda's does once
+    initialised), and get_offset/set_offset move within the seed's stream: going back replays."""
+    gens = torch.neuron.default_generators
+    assert len(gens) == torch.neuron.device_count() and gens[1].device == torch.device("neuron", 1)
+    g = gens[0]
+    torch.neuron.manual_seed(5)
+    assert g.get_offset() == 0
+    a = torch.randn(64, device="neuron")
+    after = g.get_offset()
+    assert after > 0
+    g.set_offset(0)
+    torch.testing.assert_close(torch.randn(64, device="neuron").cpu(), a.cpu(), rtol=0, atol=0)
+    assert g.get_offset() == after
+    own = torch.Generator("neuron").manual_seed(5)
+    own.set_offset(after)
+    assert own.get_offset() == after and own.initial_seed() == 5
+    assert not torch.equal(torch.randn(64, device="neuron", generator=own).cpu(), a.cpu())
+
+
+def test_profiler_reports_device_time():
+    """profile(use_device="neuron") records device events: CPU totals stay sane (they came out
+    hugely negative without profiler hooks) and device time shows per op."""
+    from torch.autograd import profiler
+    x = torch.randn(128, 128, device="neuron")
+    with profiler.profile(use_device="neuron") as prof:
+        for _ in range(3):
+            (x @ x).relu()
+        torch.neuron.synchronize()
+    rows = {e.key: e for e in prof.key_averages()}
+    assert "aten::mm" in rows and rows["aten::mm"].count == 3
+    assert all(e.cpu_time_total >= 0 and e.device_time_total >= 0 for e in rows.values())
+    assert rows["aten::mm"].self_device_time_total > 0
+    assert rows["aten::mm"].self_device_time_total < 60e6  # microseconds: under a minute
+
+
 def test_save_and_load_round_trip(tmp_path):
     sd = {"w": torch.randn(3, 4, device="neuron"), "i": torch.arange(5, device="neuron")}
     path = tmp_path / "t.pt"

@@ -194,14 +194,22 @@ def stream(s: Optional[torch.Stream]):
 # ---- random number generation ---------------------------------------------------------------
 
 
+_default_generators: tuple = ()
+
+
 def _generators():
-    global default_generators
-    if not default_generators:
-        default_generators = tuple(_C._default_generator(i) for i in range(device_count()))
-    return default_generators
+    global _default_generators
+    if not _default_generators:
+        _default_generators = tuple(_C._default_generator(i) for i in range(device_count()))
+    return _default_generators
 
 
-default_generators: tuple = ()
+def __getattr__(name):
+    # `torch.neuron.default_generators`, one per device as `torch.cuda.default_generators` after
+    # initialisation; made on first access, so importing starts nothing.
+    if name == "default_generators":
+        return _generators()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def get_rng_state(device: _device_t = None) -> torch.Tensor:
