@@ -203,6 +203,19 @@ def test_argument_errors_raise_at_the_call(name, call, same_message):
     torch.neuron.synchronize()  # nothing was queued that could fail later
 
 
+def test_out_tensor_that_is_an_input_and_must_grow_raises_at_the_call():
+    """CPU reallocates the input under the kernel (its result then depends on what the new memory
+    held); neuron refuses at the call instead of failing at a later synchronize."""
+    x = torch.randn(3, 4, device="neuron")
+    with pytest.raises(RuntimeError, match="out= tensor is also an input"):
+        torch.cat([x, x], dim=0, out=x)
+    torch.neuron.synchronize()
+    assert x.shape == (3, 4)
+    out = torch.empty(0, device="neuron")  # a separate out= tensor still grows
+    torch.cat([x, x], dim=0, out=out)
+    assert_same(out, torch.cat([x.cpu(), x.cpu()], 0))
+
+
 def test_item_and_printing():
     x = torch.tensor([1.5, -2.0], device="neuron")
     assert x[0].item() == 1.5

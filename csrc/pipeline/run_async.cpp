@@ -260,6 +260,16 @@ void size_written_args(const c10::FunctionSchema& schema, c10::IValue* args, con
       // Only out= arguments resize; an in-place op's self keeps its shape (CPU's rule).
       TORCH_CHECK(schema.arguments()[i].is_out(), "Bad in-place call: input tensor size ", t.sizes(),
                   " and output tensor size ", c10::IntArrayRef(m.sizes), " should match");
+      // Growing an out= tensor that is also an input would change the input under the kernel
+      // (the task would find it resized and fail at a later sync): refuse it here.
+      for (size_t j = 0; j < schema.arguments().size(); ++j) {
+        if (is_written(schema, j)) continue;
+        for_each_tensor(args[j], [&](const at::Tensor& in) {
+          TORCH_CHECK(!in.defined() || !in.is_alias_of(t), "neuron: ", schema.name(), ": the out= tensor is also an input (",
+                      schema.arguments()[j].name(), ") and would have to be resized from ", t.sizes(), " to ",
+                      c10::IntArrayRef(m.sizes), "; pass a separate out= tensor");
+        });
+      }
       if (meta_warned) {
         t.resize_(m.sizes);
       } else {
