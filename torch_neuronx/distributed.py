@@ -4,9 +4,10 @@ Importing torch_neuronx registers it for device "neuron", so `init_process_group
 `init_process_group()` with neuron tensors, DeviceMesh("neuron", ...), DTensor, FSDP2 and
 accelerate's MULTI_NEURON all reach ProcessGroupNeuron (csrc/distributed/).
 
-Ranks that share a host exchange through shared memory; a group that spans hosts runs its
-collectives through gloo, with tensors staged through host memory. The choice is made per group
-from each rank's host identity, exchanged through the group's store.
+Ranks that share a host read and write each other's device memory in place (the memory files
+are handed over a unix socket); a group that spans hosts runs its collectives through gloo, with
+tensors staged through host memory. The choice is made per group from each rank's host identity,
+exchanged through the group's store.
 TORCH_NEURONX_DIST_TRANSPORT=host forces the gloo path on one host (to test it); `shm` insists on
 shared memory and fails if the ranks are not on one host.
 """
@@ -16,19 +17,23 @@ from __future__ import annotations
 import os
 import socket
 
+import torch
 import torch.distributed as dist
 
 from . import _C
 
+
 def _host_identity() -> str:
-    """Ranks can share memory when they run on one kernel in one IPC and PID namespace."""
+    """Ranks can share device memory when they run on one kernel in one IPC, PID and network
+    namespace (the memory files travel over abstract unix sockets, which are per network
+    namespace)."""
     parts = [socket.gethostname()]
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             parts.append(f.read().strip())
     except OSError:
         pass
-    for ns in ("ipc", "pid"):
+    for ns in ("ipc", "pid", "net"):
         try:
             parts.append(os.readlink(f"/proc/self/ns/{ns}"))
         except OSError:
@@ -56,8 +61,6 @@ def _create_backend(opts, backend_options):
 def transport(group=None) -> str:
     """'shm' or 'host': how the neuron backend of `group` (default: the default group) moves data."""
     pg = group if group is not None else dist.group.WORLD
-    import torch
-
     return _C._process_group_transport(pg._get_backend(torch.device("neuron")))
 
 

@@ -17,6 +17,9 @@ size_t nbytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.e
 // round (finish) keeps every rank's tensors in place until no rank touches them any more.
 std::vector<std::vector<Piece>> publish(ShmGroup& g, const std::vector<Piece>& mine) {
   const uint64_t count = mine.size();
+  TORCH_CHECK(sizeof(count) + count * sizeof(Piece) <= g.buffer_bytes(), "neuron: a collective on ", g.label(),
+              " passes ", count, " tensors per rank; at most ", (g.buffer_bytes() - sizeof(count)) / sizeof(Piece),
+              " fit");
   std::memcpy(g.mine(), &count, sizeof(count));
   std::memcpy(g.mine() + sizeof(count), mine.data(), count * sizeof(Piece));
   g.arrive();
