@@ -4,8 +4,6 @@
 // is host addressable, so both are plain copies and loops; a hardware runtime would DMA here.
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/div.h>
-#include <ATen/ops/mul.h>
 
 #include <algorithm>
 #include <cstring>
@@ -22,9 +20,6 @@ namespace {
 using neuronrt::ShmGroup;
 using Tensors = std::vector<at::Tensor>;
 
-uint8_t* ptr(const at::Tensor& t) { return static_cast<uint8_t*>(t.data_ptr()); }
-size_t nbytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
-size_t steps(size_t total, size_t window) { return std::max<size_t>(1, (total + window - 1) / window); }
 
 std::string signature(const char* what, const at::Tensor& t, const std::string& extra = "") {
   return std::string(what) + " " + c10::toString(t.scalar_type()) + "[" + std::to_string(t.numel()) + "]" +
@@ -90,6 +85,37 @@ void host_post(at::Tensor& c, const Reduction& r) {
   if (r.op == c10d::ReduceOp::AVG) c.div_(r.ranks);
 }
 
+// allreduce (root < 0) or reduce of one tensor over the host backend; `keep`: this rank takes the
+// result.
+void host_reduce(c10d::Backend& h, const at::Tensor& t, const Reduction& r, int root, bool keep) {
+  Tensors c{to_host(t)};
+  host_pre(c[0], r);
+  if (root < 0) {
+    c10d::AllreduceOptions o;
+    o.reduceOp = host_op(r);
+    h.allreduce(c, o)->wait();
+  } else {
+    c10d::ReduceOptions o;
+    o.reduceOp = host_op(r);
+    o.rootRank = root;
+    h.reduce(c, o)->wait();
+  }
+  host_post(c[0], r);
+  if (keep) from_host(t, c[0]);
+}
+
+// reduce_scatter over the host backend: `ins` are this rank's pieces, already on the host.
+void host_reduce_scatter(c10d::Backend& h, Tensors ins, const at::Tensor& out, const Reduction& r) {
+  for (auto& t : ins) host_pre(t, r);
+  std::vector<Tensors> c{std::move(ins)};
+  Tensors co{to_host(out)};
+  c10d::ReduceScatterOptions o;
+  o.reduceOp = host_op(r);
+  h.reduce_scatter(co, c, o)->wait();
+  host_post(co[0], r);
+  from_host(out, co[0]);
+}
+
 Tensors host_all(const Tensors& ts) {
   Tensors out;
   for (const auto& t : ts) out.push_back(to_host(t));
@@ -109,77 +135,43 @@ Tensors concat(Tensors a, const Tensors& b) {
 
 }  // namespace
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_each(const char* name, c10d::OpType type,
+                                                               const Tensors& tensors, const c10d::ReduceOp& op,
+                                                               int root) {
+  const char* what = root < 0 ? "allreduce" : "reduce";
+  std::vector<Reduction> rs;
+  std::vector<std::string> sigs;
+  for (const auto& t : tensors) {
+    check_layout(t, what, true);
+    rs.push_back(make_reduction(op, t.scalar_type(), size_, what));
+    sigs.push_back(signature(what, t, reduction_name(rs.back()) + (root < 0 ? "" : " root " + std::to_string(root))));
+  }
+  return enqueue(
+      name, type, tensors, tensors,
+      [ps = pieces(tensors), ts = tensors, rs, sigs, what, root](ShmGroup& g) {
+        for (size_t i = 0; i < ts.size(); ++i)
+          shm_reduce(g, what, ps[i], ts[i].numel(), ts[i].scalar_type(), rs[i], sigs[i], root);
+      },
+      [ts = tensors, rs, root, keep = root < 0 || root == rank_](c10d::Backend& h) {
+        for (size_t i = 0; i < ts.size(); ++i) host_reduce(h, ts[i], rs[i], root, keep);
+      });
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) {
   TORCH_CHECK(tensors.size() == 1, "neuron: allreduce takes one tensor per rank (one device per process), got ",
               tensors.size());
-  const at::Tensor t = tensors[0];
-  check_layout(t, "allreduce", true);
-  const Reduction r = make_reduction(opts.reduceOp, t.scalar_type(), size_, "allreduce");
-  const std::string sig = signature("allreduce", t, reduction_name(r));
-  return enqueue(
-      "neuron::allreduce", c10d::OpType::ALLREDUCE, {t}, {t}, [p = piece(t), n = t.numel(), dt = t.scalar_type(), r, sig](ShmGroup& g) {
-        shm_reduce(g, "allreduce", p, n, dt, r, sig, -1);
-      },
-      [t, r](c10d::Backend& h) {
-        Tensors c{to_host(t)};
-        host_pre(c[0], r);
-        c10d::AllreduceOptions o;
-        o.reduceOp = host_op(r);
-        h.allreduce(c, o)->wait();
-        host_post(c[0], r);
-        from_host(t, c[0]);
-      });
+  return reduce_each("neuron::allreduce", c10d::OpType::ALLREDUCE, tensors, opts.reduceOp, -1);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(Tensors& tensors,
                                                                        const c10d::AllreduceCoalescedOptions& opts) {
-  std::vector<Reduction> rs;
-  std::vector<std::string> sigs;
-  for (const auto& t : tensors) {
-    check_layout(t, "allreduce_coalesced", true);
-    rs.push_back(make_reduction(opts.reduceOp, t.scalar_type(), size_, "allreduce_coalesced"));
-    sigs.push_back(signature("allreduce", t, reduction_name(rs.back())));
-  }
-  return enqueue(
-      "neuron::allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, tensors, tensors,
-      [ps = pieces(tensors), ts = tensors, rs, sigs](ShmGroup& g) {
-        for (size_t i = 0; i < ts.size(); ++i)
-          shm_reduce(g, "allreduce", ps[i], ts[i].numel(), ts[i].scalar_type(), rs[i], sigs[i], -1);
-      },
-      [ts = tensors, rs](c10d::Backend& h) {
-        for (size_t i = 0; i < ts.size(); ++i) {
-          Tensors c{to_host(ts[i])};
-          host_pre(c[0], rs[i]);
-          c10d::AllreduceOptions o;
-          o.reduceOp = host_op(rs[i]);
-          h.allreduce(c, o)->wait();
-          host_post(c[0], rs[i]);
-          from_host(ts[i], c[0]);
-        }
-      });
+  return reduce_each("neuron::allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, tensors, opts.reduceOp, -1);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(Tensors& tensors, const c10d::ReduceOptions& opts) {
   TORCH_CHECK(tensors.size() == 1, "neuron: reduce takes one tensor per rank, got ", tensors.size());
-  const at::Tensor t = tensors[0];
-  check_layout(t, "reduce", true);
-  const int root = check_rank(opts.rootRank, size_, "reduce", "root");
-  const Reduction r = make_reduction(opts.reduceOp, t.scalar_type(), size_, "reduce");
-  const std::string sig = signature("reduce", t, reduction_name(r) + " root " + std::to_string(root));
-  return enqueue(
-      "neuron::reduce", c10d::OpType::REDUCE, {t}, {t}, [=, p = piece(t)](ShmGroup& g) {
-        shm_reduce(g, "reduce", p, t.numel(), t.scalar_type(), r, sig, root);
-      },
-      [t, r, root, me = rank_](c10d::Backend& h) {
-        Tensors c{to_host(t)};
-        host_pre(c[0], r);
-        c10d::ReduceOptions o;
-        o.reduceOp = host_op(r);
-        o.rootRank = root;
-        h.reduce(c, o)->wait();
-        host_post(c[0], r);
-        if (me == root) from_host(t, c[0]);
-      });
+  return reduce_each("neuron::reduce", c10d::OpType::REDUCE, tensors, opts.reduceOp,
+                     check_rank(opts.rootRank, size_, "reduce", "root"));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) {
@@ -320,16 +312,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(Tensors& outpu
       [=, i = pieces(ins), o = piece(out)](ShmGroup& g) {
         shm_scatter(g, "reduce_scatter", i, o, out.numel(), out.scalar_type(), &r, -1, sig);
       },
-      [=](c10d::Backend& h) {
-        std::vector<Tensors> c{host_all(ins)};
-        for (auto& t : c[0]) host_pre(t, r);
-        Tensors co{to_host(out)};
-        c10d::ReduceScatterOptions o;
-        o.reduceOp = host_op(r);
-        h.reduce_scatter(co, c, o)->wait();
-        host_post(co[0], r);
-        from_host(out, co[0]);
-      });
+      [=](c10d::Backend& h) { host_reduce_scatter(h, host_all(ins), out, r); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
@@ -347,16 +330,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(at::Tens
       [=, o = piece(out)](ShmGroup& g) {
         shm_scatter(g, "reduce_scatter_tensor", src, o, out.numel(), out.scalar_type(), &r, -1, sig);
       },
-      [=, n = size_](c10d::Backend& h) {
-        std::vector<Tensors> c{flat_chunks(to_host(in), n)};
-        for (auto& t : c[0]) host_pre(t, r);
-        Tensors co{to_host(out)};
-        c10d::ReduceScatterOptions o;
-        o.reduceOp = host_op(r);
-        h.reduce_scatter(co, c, o)->wait();
-        host_post(co[0], r);
-        from_host(out, co[0]);
-      });
+      [=, n = size_](c10d::Backend& h) { host_reduce_scatter(h, flat_chunks(to_host(in), n), out, r); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesced(

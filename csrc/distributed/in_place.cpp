@@ -10,9 +10,6 @@ namespace {
 
 using neuronrt::ShmGroup;
 
-uint8_t* ptr(const at::Tensor& t) { return static_cast<uint8_t*>(t.data_ptr()); }
-size_t nbytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
-
 // The first round: every rank publishes where its pieces are, and learns everyone's. The last
 // round (finish) keeps every rank's tensors in place until no rank touches them any more.
 std::vector<std::vector<Piece>> publish(ShmGroup& g, const std::vector<Piece>& mine) {

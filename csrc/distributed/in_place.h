@@ -13,6 +13,9 @@
 
 namespace torch_neuronx {
 
+inline uint8_t* ptr(const at::Tensor& t) { return static_cast<uint8_t*>(t.data_ptr()); }
+inline size_t nbytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
+
 // A byte range of a rank's device memory.
 struct Piece {
   neuronrt::Location at;

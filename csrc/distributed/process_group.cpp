@@ -31,17 +31,16 @@ struct Status {
 
 class NeuronWork : public c10d::Work {
  public:
-  NeuronWork(int rank, c10d::OpType type, c10::Device device, neuronrt::Queue* queue, uint64_t seq,
-             std::shared_ptr<Status> status, std::vector<at::Tensor> outputs, bool blocking,
-             c10::intrusive_ptr<c10::ivalue::Future> future)
+  NeuronWork(int rank, c10d::OpType type, c10::Stream stream, neuronrt::Queue* queue, uint64_t seq,
+             std::shared_ptr<Status> status, std::vector<at::Tensor> outputs, bool blocking)
       : Work(rank, type),
-        device_(device),
+        device_(stream.device()),
+        stream_(stream),
         queue_(queue),
         seq_(seq),
         status_(std::move(status)),
         outputs_(std::move(outputs)),
-        blocking_(blocking),
-        future_(std::move(future)) {}
+        blocking_(blocking) {}
 
   bool isCompleted() override { return queue_->is_complete(seq_); }
   bool isSuccess() const override { return queue_->is_complete(seq_) && !status_->failed.load(); }
@@ -50,7 +49,18 @@ class NeuronWork : public c10d::Work {
     return std::make_exception_ptr(c10::DistBackendError({__func__, __FILE__, __LINE__}, status_->error));
   }
   std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // Made on request (DDP's reducer asks; most callers never do): completed at once, with its
+  // event recorded on the group's stream, after the collective.
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    std::lock_guard<std::mutex> lock(future_mu_);
+    if (!future_) {
+      future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                         std::vector<c10::Device>{device_});
+      c10::StreamGuard on_group_stream(stream_);
+      future_->markCompleted(c10::IValue(outputs_));
+    }
+    return future_;
+  }
   void synchronize() override { wait(kNoTimeout); }
 
   // NCCL's semantics: the caller's current stream waits for the collective, the host does not
@@ -81,11 +91,13 @@ class NeuronWork : public c10d::Work {
 
  private:
   c10::Device device_;
+  c10::Stream stream_;
   neuronrt::Queue* queue_;
   uint64_t seq_;
   std::shared_ptr<Status> status_;
   std::vector<at::Tensor> outputs_;
   bool blocking_;
+  std::mutex future_mu_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
@@ -176,15 +188,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(const char* name, c10
     });
   });
   record_for(name).count(Mode::kAsync);
-  auto future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
-                                                         std::vector<c10::Device>{device});
-  {
-    // The future's completion event is recorded on the group's stream, after the collective.
-    c10::StreamGuard on_group_stream(stream);
-    future->markCompleted(c10::IValue(outputs));
-  }
-  return c10::make_intrusive<NeuronWork>(rank_, type, device, &queue, seq, std::move(status), std::move(outputs),
-                                         blocking, std::move(future));
+  return c10::make_intrusive<NeuronWork>(rank_, type, stream, &queue, seq, std::move(status), std::move(outputs),
+                                         blocking);
 }
 
 }  // namespace torch_neuronx

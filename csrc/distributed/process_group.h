@@ -101,6 +101,9 @@ class ProcessGroupNeuron : public c10d::Backend {
                                          Lane lane = kCollectives);
   // The group's device, bound at its first collective; `hint` serves a call without tensors.
   c10::Device device_for(const std::vector<at::Tensor>& tensors, const char* name, std::optional<c10::Device> hint);
+  // allreduce (root < 0), allreduce_coalesced and reduce: each tensor reduced in turn, one task.
+  c10::intrusive_ptr<c10d::Work> reduce_each(const char* name, c10d::OpType type, const std::vector<at::Tensor>& tensors,
+                                             const c10d::ReduceOp& op, int root);
 
   std::chrono::milliseconds timeout_;
   std::string label_;

@@ -6,9 +6,12 @@
 
 namespace torch_neuronx {
 
-void DeviceCheck::add(const at::TensorBase& t) {
+void DeviceCheck::add(const at::TensorBase& t, bool written) {
   if (!t.defined()) return;
   const auto d = t.device();
+  TORCH_CHECK(!written || d.type() == kNeuron,
+              "Expected all tensors to be on the same device, but found at least two devices, neuron and ", d,
+              "! (in ", op_, ": the tensor it writes is on ", d, ")");
   if (d.type() == kNeuron) {
     TORCH_CHECK(device_ < 0 || device_ == d.index(),
                 "Expected all tensors to be on the same device, but found at least two devices, neuron:",
@@ -19,13 +22,6 @@ void DeviceCheck::add(const at::TensorBase& t) {
                 "Expected all tensors to be on the same device, but found at least two devices, neuron and ", d,
                 "! (in ", op_, "; only 0-dim CPU tensors may be mixed in as scalars)");
   }
-}
-
-void DeviceCheck::add_written(const at::TensorBase& t) {
-  TORCH_CHECK(!t.defined() || t.device().type() == kNeuron,
-              "Expected all tensors to be on the same device, but found at least two devices, neuron and ",
-              t.device(), "! (in ", op_, ": the tensor it writes is on ", t.device(), ")");
-  add(t);
 }
 
 c10::DeviceIndex check_devices(const char* op, c10::ArrayRef<const at::TensorBase*> tensors) {

@@ -11,10 +11,9 @@ namespace torch_neuronx {
 class DeviceCheck {
  public:
   explicit DeviceCheck(const char* op) : op_(op) {}
-  void add(const at::TensorBase& t);
-  // An argument the op writes: a neuron tensor on the same device, never a CPU scalar (CUDA's
-  // TensorIterator rule: host scalars are inputs only).
-  void add_written(const at::TensorBase& t);
+  // `written`: an argument the op writes, which must be a neuron tensor, never a CPU scalar
+  // (CUDA's TensorIterator rule: host scalars are inputs only).
+  void add(const at::TensorBase& t, bool written = false);
   c10::DeviceIndex device() const { return device_; }
 
  private:

@@ -305,12 +305,11 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
   c10::DeviceIndex device_arg = -1;
   bool written = false;
   const auto visit = [&](const at::Tensor& t) {
-    if (written) check.add_written(t);
-    if (t.defined() && !is_neuron(t) && !(t.device().is_cpu() && t.dim() == 0)) {
+    if (!written && t.defined() && !is_neuron(t) && !(t.device().is_cpu() && t.dim() == 0)) {
       host_tensor = true;
       return;
     }
-    check.add(t);
+    check.add(t, written);
     key.add_tensor(t);
     if (is_neuron(t)) numel += t.numel();
   };

@@ -114,8 +114,7 @@ void run_op_sync(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stack
     const auto& info = schema.arguments()[i].alias_info();
     const bool written = info && info->isWrite();
     for_each_tensor(args[i], [&](const at::Tensor& t) {
-      if (written) check.add_written(t);
-      check.add(t);
+      check.add(t, written);
       if (is_neuron(t)) tr.numel += t.numel();
     });
   }

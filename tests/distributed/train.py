@@ -30,19 +30,29 @@ def same_on_all_ranks(ctx, check, state: dict):
     check.close("full parameters equal rank 0's", flat, ref)
 
 
+def sgd_steps(opt, steps, loss_at) -> list:
+    """`steps` optimizer steps; `loss_at(step)` runs the forward. Returns each step's loss."""
+    losses = []
+    for step in range(steps):
+        loss = loss_at(step)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
 def ddp(ctx, check):
     model = W.mlp().to(ctx.device)
     ids = None if ctx.device.type == "cpu" else [ctx.device.index]
     ddp_model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
     opt = torch.optim.SGD(ddp_model.parameters(), lr=W.LR)
-    losses = []
-    for step in range(DDP_STEPS):
+
+    def loss_at(step):
         x, y = (t.chunk(ctx.world)[ctx.rank].to(ctx.device) for t in W.mlp_batch(step))
-        loss = torch.nn.functional.mse_loss(ddp_model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
+        return torch.nn.functional.mse_loss(ddp_model(x), y)
+
+    losses = sgd_steps(opt, DDP_STEPS, loss_at)
     state = W.full_state(model)
     same_on_all_ranks(ctx, check, state)
     ctx.save("train/ddp", {"losses": losses, "params": state})
@@ -58,8 +68,8 @@ def fsdp2(reshard_after_forward: bool):
         opt = torch.optim.SGD(model.parameters(), lr=W.LR)
         seen = []  # the dtype a layer computes with: the policy's param_dtype, whatever the resharding
         model.model.layers[0].mlp.up_proj.register_forward_pre_hook(lambda m, _: seen.append(m.weight.dtype))
-        losses = []
-        for step in range(FSDP_STEPS):
+
+        def loss_at(step):
             ids = W.tokens(step).chunk(ctx.world)[ctx.rank].to(ctx.device)
             loss = model(input_ids=ids, labels=ids).loss
             # between forward and backward a layer holds sharded DTensors when it resharded, else
@@ -70,10 +80,9 @@ def fsdp2(reshard_after_forward: bool):
             if not reshard_after_forward:
                 check.equal(f"step {step}: unsharded parameter", (w.dtype, tuple(w.shape)),
                             (torch.bfloat16, (128, 64)))
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            losses.append(loss.item())
+            return loss
+
+        losses = sgd_steps(opt, FSDP_STEPS, loss_at)
         check.true("sharded DTensors after the step", all(hasattr(p, "full_tensor") for p in model.parameters()))
         check.equal("forward ran in bf16", seen, [torch.bfloat16] * FSDP_STEPS)
         state = W.full_state(model)
@@ -121,14 +130,12 @@ def tp_fsdp_2d(ctx, check):
     check.equal("q_proj mesh", q.device_mesh.mesh_dim_names, ("dp", "tp"))
     opt = torch.optim.SGD(model.parameters(), lr=W.LR)
     dp_rank = mesh["dp"].get_local_rank()
-    losses = []
-    for step in range(2):
+
+    def loss_at(step):
         ids = W.tokens(step).chunk(2)[dp_rank].to(ctx.device)
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
+        return model(input_ids=ids, labels=ids).loss
+
+    losses = sgd_steps(opt, 2, loss_at)
     state = W.full_state(model)
     same_on_all_ranks(ctx, check, state)
     ctx.save("train/tp_fsdp_2d", {"losses": losses, "dp_rank": dp_rank, "params": state})
