@@ -151,7 +151,7 @@ def test_collectives_over_the_host_transport(subtests, tmp_path):
 def test_dtensor(run, subtests, device):
     r, _ = core(run, device, 2)
     check_scenarios(subtests, r, "dtensor/", ["distribute", "redistribute", "partial", "ops", "random_dropout",
-                                              "random_offset_tracker"])
+                                              "random_offset_tracker", "ops_while_a_collective_ends"])
 
 
 @pytest.mark.parametrize("device", devices(4))

@@ -12,6 +12,7 @@
 #include "distributed/in_place.h"
 #include "distributed/process_group.h"
 #include "distributed/reduce.h"
+#include "exec/tensor_desc.h"
 #include "neuronrt/shm_group.h"
 
 namespace torch_neuronx {
@@ -19,7 +20,20 @@ namespace {
 
 using neuronrt::ShmGroup;
 using Tensors = std::vector<at::Tensor>;
+using Descs = std::vector<TensorDesc>;
 
+// What a host body holds of its tensors (never the tensors: see process_group.h), and the CPU
+// views over the same memory it makes of them on the worker.
+Descs descs(const Tensors& ts) {
+  Descs out;
+  for (const auto& t : ts) out.push_back(TensorDesc::of(t));
+  return out;
+}
+Tensors views(const Descs& ds) {
+  Tensors out;
+  for (const auto& d : ds) out.push_back(d.view());
+  return out;
+}
 
 std::string signature(const char* what, const at::Tensor& t, const std::string& extra = "") {
   return std::string(what) + " " + c10::toString(t.scalar_type()) + "[" + std::to_string(t.numel()) + "]" +
@@ -141,19 +155,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_each(const char* name,
   const char* what = root < 0 ? "allreduce" : "reduce";
   std::vector<Reduction> rs;
   std::vector<std::string> sigs;
+  std::vector<int64_t> numels;
+  std::vector<c10::ScalarType> dtypes;
   for (const auto& t : tensors) {
     check_layout(t, what, true);
     rs.push_back(make_reduction(op, t.scalar_type(), size_, what));
     sigs.push_back(signature(what, t, reduction_name(rs.back()) + (root < 0 ? "" : " root " + std::to_string(root))));
+    numels.push_back(t.numel());
+    dtypes.push_back(t.scalar_type());
   }
   return enqueue(
       name, type, tensors, tensors,
-      [ps = pieces(tensors), ts = tensors, rs, sigs, what, root](ShmGroup& g) {
-        for (size_t i = 0; i < ts.size(); ++i)
-          shm_reduce(g, what, ps[i], ts[i].numel(), ts[i].scalar_type(), rs[i], sigs[i], root);
+      [ps = pieces(tensors), numels, dtypes, rs, sigs, what, root](ShmGroup& g) {
+        for (size_t i = 0; i < ps.size(); ++i) shm_reduce(g, what, ps[i], numels[i], dtypes[i], rs[i], sigs[i], root);
       },
-      [ts = tensors, rs, root, keep = root < 0 || root == rank_](c10d::Backend& h) {
-        for (size_t i = 0; i < ts.size(); ++i) host_reduce(h, ts[i], rs[i], root, keep);
+      [ds = descs(tensors), rs, root, keep = root < 0 || root == rank_](c10d::Backend& h) {
+        for (size_t i = 0; i < ds.size(); ++i) host_reduce(h, ds[i].view(), rs[i], root, keep);
       });
 }
 
@@ -181,13 +198,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(Tensors& tensors, c
   const int root = check_rank(opts.rootRank, size_, "broadcast", "root");
   const std::string sig = signature("broadcast", t, "root " + std::to_string(root));
   return enqueue(
-      "neuron::broadcast", c10d::OpType::BROADCAST, {t}, {t}, [=, p = piece(t)](ShmGroup& g) { shm_broadcast(g, p, root, sig); },
-      [=](c10d::Backend& h) {
-        Tensors c{to_host(t)};
+      "neuron::broadcast", c10d::OpType::BROADCAST, {t}, {t},
+      [p = piece(t), root, sig](ShmGroup& g) { shm_broadcast(g, p, root, sig); },
+      [d = TensorDesc::of(t), root](c10d::Backend& h) {
+        const at::Tensor v = d.view();
+        Tensors c{to_host(v)};
         c10d::BroadcastOptions o;
         o.rootRank = root;
         h.broadcast(c, o)->wait();
-        from_host(t, c[0]);
+        from_host(v, c[0]);
       });
 }
 
@@ -206,10 +225,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(std::vector<Tensors
   const std::string sig = signature("allgather", in);
   return enqueue(
       "neuron::allgather", c10d::OpType::ALLGATHER, concat({in}, outs), outs,
-      [=, i = piece(in), o = pieces(outs)](ShmGroup& g) { shm_gather(g, "allgather", i, o, sig); },
-      [=](c10d::Backend& h) {
+      [i = piece(in), o = pieces(outs), sig](ShmGroup& g) { shm_gather(g, "allgather", i, o, sig); },
+      [in_d = TensorDesc::of(in), outs_d = descs(outs)](c10d::Backend& h) {
+        const Tensors outs = views(outs_d);
         std::vector<Tensors> c{host_all(outs)};
-        Tensors ci{to_host(in)};
+        Tensors ci{to_host(in_d.view())};
         h.allgather(c, ci)->wait();
         from_host_all(outs, c[0]);
       });
@@ -226,11 +246,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(at::Tensor& o
   const std::string sig = signature("allgather", in);
   return enqueue(
       "neuron::all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE, {in, out}, {out},
-      [=, i = piece(in)](ShmGroup& g) { shm_gather(g, "all_gather_into_tensor", i, dst, sig); },
-      [=, n = size_](c10d::Backend& h) {
+      [i = piece(in), dst, sig](ShmGroup& g) { shm_gather(g, "all_gather_into_tensor", i, dst, sig); },
+      [in_d = TensorDesc::of(in), out_d = TensorDesc::of(out), n = size_](c10d::Backend& h) {
+        const at::Tensor out = out_d.view();
         at::Tensor co = to_host(out);
         std::vector<Tensors> c{flat_chunks(co, n)};
-        Tensors ci{to_host(in)};
+        Tensors ci{to_host(in_d.view())};
         h.allgather(c, ci)->wait();
         from_host(out, co);
       });
@@ -257,8 +278,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(std::vector<Tensors>& 
   const std::string sig = signature("gather", in, "root " + std::to_string(root));
   return enqueue(
       "neuron::gather", c10d::OpType::GATHER, concat({in}, outs), outs,
-      [=, i = piece(in), o = pieces(outs)](ShmGroup& g) { shm_gather(g, "gather", i, o, sig); },
-      [=](c10d::Backend& h) {
+      [i = piece(in), o = pieces(outs), sig](ShmGroup& g) { shm_gather(g, "gather", i, o, sig); },
+      [in_d = TensorDesc::of(in), outs_d = descs(outs), root](c10d::Backend& h) {
+        const Tensors outs = views(outs_d);
+        const at::Tensor in = in_d.view();
         std::vector<Tensors> c;
         if (!outs.empty()) c.push_back(host_all(outs));
         Tensors ci{to_host(in)};
@@ -279,10 +302,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(Tensors& outputs, std
   const std::string sig = signature("scatter", out, "root " + std::to_string(root));
   return enqueue(
       "neuron::scatter", c10d::OpType::SCATTER, concat({out}, ins), {out},
-      [=, i = pieces(ins), o = piece(out)](ShmGroup& g) {
-        shm_scatter(g, "scatter", i, o, out.numel(), out.scalar_type(), nullptr, root, sig);
+      [i = pieces(ins), o = piece(out), numel = out.numel(), dtype = out.scalar_type(), root, sig](ShmGroup& g) {
+        shm_scatter(g, "scatter", i, o, numel, dtype, nullptr, root, sig);
       },
-      [=](c10d::Backend& h) {
+      [ins_d = descs(ins), out_d = TensorDesc::of(out), root](c10d::Backend& h) {
+        const Tensors ins = views(ins_d);
+        const at::Tensor out = out_d.view();
         std::vector<Tensors> c;
         if (!ins.empty()) c.push_back(host_all(ins));
         Tensors co{to_host(out)};
@@ -309,10 +334,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(Tensors& outpu
   const std::string sig = signature("reduce_scatter", out, reduction_name(r));
   return enqueue(
       "neuron::reduce_scatter", c10d::OpType::REDUCE_SCATTER, concat({out}, ins), {out},
-      [=, i = pieces(ins), o = piece(out)](ShmGroup& g) {
-        shm_scatter(g, "reduce_scatter", i, o, out.numel(), out.scalar_type(), &r, -1, sig);
+      [i = pieces(ins), o = piece(out), numel = out.numel(), dtype = out.scalar_type(), r, sig](ShmGroup& g) {
+        shm_scatter(g, "reduce_scatter", i, o, numel, dtype, &r, -1, sig);
       },
-      [=](c10d::Backend& h) { host_reduce_scatter(h, host_all(ins), out, r); });
+      [ins_d = descs(ins), out_d = TensorDesc::of(out), r](c10d::Backend& h) {
+        host_reduce_scatter(h, host_all(views(ins_d)), out_d.view(), r);
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
@@ -327,10 +354,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(at::Tens
   const std::string sig = signature("reduce_scatter", out, reduction_name(r));
   return enqueue(
       "neuron::reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, {in, out}, {out},
-      [=, o = piece(out)](ShmGroup& g) {
-        shm_scatter(g, "reduce_scatter_tensor", src, o, out.numel(), out.scalar_type(), &r, -1, sig);
+      [src, o = piece(out), numel = out.numel(), dtype = out.scalar_type(), r, sig](ShmGroup& g) {
+        shm_scatter(g, "reduce_scatter_tensor", src, o, numel, dtype, &r, -1, sig);
       },
-      [=, n = size_](c10d::Backend& h) { host_reduce_scatter(h, flat_chunks(to_host(in), n), out, r); });
+      [in_d = TensorDesc::of(in), out_d = TensorDesc::of(out), r, n = size_](c10d::Backend& h) {
+        host_reduce_scatter(h, flat_chunks(to_host(in_d.view()), n), out_d.view(), r);
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesced(
@@ -384,8 +413,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(at::Tensor& out
   const at::Tensor in = input, out = output;
   return enqueue(
       "neuron::all_to_all_single", c10d::OpType::ALLTOALL_BASE, {in, out}, {out},
-      [=](ShmGroup& g) { shm_alltoall(g, send, recv); },
-      [=, os = output_splits, is = input_splits](c10d::Backend& h) mutable {
+      [send, recv](ShmGroup& g) { shm_alltoall(g, send, recv); },
+      [in_d = TensorDesc::of(in), out_d = TensorDesc::of(out), os = output_splits, is = input_splits](
+          c10d::Backend& h) mutable {
+        const at::Tensor in = in_d.view(), out = out_d.view();
         at::Tensor ci = to_host(in).view(in.sizes()), co = to_host(out).view(out.sizes());
         h.alltoall_base(co, ci, os, is)->wait();
         from_host(out, co);
@@ -405,8 +436,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(Tensors& outputs, Te
   const Tensors ins = inputs, outs = outputs;
   return enqueue(
       "neuron::all_to_all", c10d::OpType::ALLTOALL, concat(ins, outs), outs,
-      [=, send = pieces(inputs), recv = pieces(outputs)](ShmGroup& g) { shm_alltoall(g, send, recv); },
-      [=](c10d::Backend& h) {
+      [send = pieces(inputs), recv = pieces(outputs)](ShmGroup& g) { shm_alltoall(g, send, recv); },
+      [ins_d = descs(ins), outs_d = descs(outs)](c10d::Backend& h) {
+        const Tensors ins = views(ins_d), outs = views(outs_d);
         // gloo's list form needs equal sizes: send one flat buffer with split sizes instead.
         std::vector<int64_t> in_splits, out_splits;
         for (const auto& t : ins) in_splits.push_back(t.numel());
@@ -426,9 +458,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::send(Tensors& tensors, int ds
   check_layout(t, "send");
   return enqueue(
       "neuron::send", c10d::OpType::SEND, {t}, {t},
-      [=](ShmGroup& g) { g.send(dst, ptr(t), nbytes(t)); },
-      [=](c10d::Backend& h) {
-        Tensors c{to_host(t)};
+      [p = ptr(t), bytes = nbytes(t), dst](ShmGroup& g) { g.send(dst, p, bytes); },
+      [d = TensorDesc::of(t), dst, tag](c10d::Backend& h) {
+        Tensors c{to_host(d.view())};
         h.send(c, dst, tag)->wait();
       },
       false, std::nullopt, kSends);
@@ -442,11 +474,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recv(Tensors& tensors, int sr
   check_layout(t, "recv");
   return enqueue(
       "neuron::recv", c10d::OpType::RECV, {t}, {t},
-      [=](ShmGroup& g) { g.recv(src, ptr(t), nbytes(t)); },
-      [=](c10d::Backend& h) {
-        Tensors c{to_host(t)};
+      [p = ptr(t), bytes = nbytes(t), src](ShmGroup& g) { g.recv(src, p, bytes); },
+      [d = TensorDesc::of(t), src, tag](c10d::Backend& h) {
+        const at::Tensor v = d.view();
+        Tensors c{to_host(v)};
         h.recv(c, src, tag)->wait();
-        from_host(t, c[0]);
+        from_host(v, c[0]);
       },
       false, std::nullopt, kReceives);
 }

@@ -5,6 +5,7 @@
 #include <ATen/core/ivalue.h>
 #include <c10/core/StreamGuard.h>
 
+#include "core/allocator.h"
 #include "core/device.h"
 #include "exec/executor.h"
 #include "neuronrt/shm_group.h"
@@ -167,12 +168,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(const char* name, c10
   neuronrt::Queue& queue = queue_of(stream);
   auto status = std::make_shared<Status>();
   uint64_t seq = 0;
+  // The task holds no tensor (the header says why): the blocks wait for the group's stream instead.
+  for (const auto& t : tensors) {
+    if (t.has_storage()) caching_allocator().recordStream(t.storage().data_ptr(), stream);
+  }
   checked([&] {
     neuronrt::Event ready;
     ready.record(caller);
     ready.block(queue);
-    seq = queue.submit(name, [tensors = std::move(tensors), shm_group = shm_, host_backend = host_,
-                              shm = std::move(shm), host = std::move(host), status] {
+    seq = queue.submit(name, [shm_group = shm_, host_backend = host_, shm = std::move(shm), host = std::move(host),
+                              status] {
       try {
         if (host_backend) {
           host(*host_backend);

@@ -4,9 +4,13 @@
 // Policy:
 // - A collective is a task on the group's own stream of the device, as a NCCL kernel is on its
 //   communicator's stream: it first waits for the caller's current stream, and Work.wait() makes
-//   the caller's current stream wait for it (the host does not block; barrier's wait does). The
-//   task holds its tensors, so their blocks return to the allocator only when it has run. Sends
+//   the caller's current stream wait for it (the host does not block; barrier's wait does). Sends
 //   and receives have a stream each, so a receive waiting for its peer holds nothing else back.
+// - A task holds where its tensors' memory is (Piece, TensorDesc), never a tensor: torch keeps a
+//   tensor's Python object alive while C++ holds it, so dropping the last C++ reference on a
+//   worker takes the GIL, which a host thread waiting for that worker may hold (a DTensor op
+//   waiting for a queue slot does): a deadlock. The tensors' blocks are recorded on the group's
+//   stream instead (record_stream, as NCCL's are), so the allocator reuses them only after it.
 // - Transport: ranks on one host use each other's device memory in place (neuronrt::ShmGroup
 //   maps the peers' device memory files): a first round publishes where every rank's tensors
 //   are, each rank then does its share of the work reading and writing any rank's tensors, and a

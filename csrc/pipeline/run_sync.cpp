@@ -142,6 +142,10 @@ void run_op_sync(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stack
   } else {
     rec.count(Mode::kSync, why);
   }
+  // The kernel pops its arguments on the worker. Held here too, none it drops is the last C++
+  // reference to a tensor Python owns: letting go of that one takes the GIL, which the caller (a
+  // __torch_dispatch__, DTensor's) may hold while it waits for the worker.
+  const std::vector<c10::IValue> held(args, args + nargs);
   run_sync(tr.device, rec.name.c_str(), [&] { op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack); });
   write_back(tr);
   const size_t nret = schema.returns().size();

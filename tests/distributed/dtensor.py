@@ -4,6 +4,8 @@ their backward on a 1-D mesh over all ranks and (4 ranks) a 2-D (2, 2) mesh; DTe
 The tensors are the same on every rank (seeded), except the local parts of Partial DTensors,
 which depend on the rank in a way every rank can recompute.
 """
+import time
+
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
@@ -131,6 +133,23 @@ def random_offset_tracker(ctx, check):
         check.close(f"generator state equals rank {r}'s", state, other)
 
 
+def ops_while_a_collective_ends(ctx, check):
+    """A collective ends while rank 0's host waits for a free slot of its full queue inside a
+    DTensor op, which holds the GIL (FSDP2's optimizer step did this): the collective's task must
+    finish without the GIL. A task that held the tensor and let go of it on the worker deadlocked."""
+    mesh = mesh_1d(ctx)
+    x = torch.full((1024,), float(ctx.rank + 1), device=ctx.device)
+    if ctx.rank != 0:
+        time.sleep(1.0)  # rank 0 fills its queue meanwhile, behind the all_reduce
+    dist.all_reduce(x)  # the current stream waits for it; the Python tensor x stays alive
+    d = DTensor.from_local(torch.zeros(4, device=ctx.device), mesh, [Replicate()], run_check=False)
+    steps = 1500  # more tasks than a queue holds
+    for _ in range(steps):
+        d.add_(1)
+    check.close("the all_reduce", x, torch.full((1024,), float(sum(range(1, ctx.world + 1)))))
+    check.close("the DTensor ops after it", d.to_local(), torch.full((4,), float(steps)))
+
+
 def mesh_2d(ctx, check):
     if ctx.world != 4:
         raise Skip("needs 4 ranks")
@@ -163,4 +182,5 @@ def scenarios(ctx):
         return [("dtensor/mesh_2d", mesh_2d)]
     return [("dtensor/distribute", distribute), ("dtensor/redistribute", redistribute),
             ("dtensor/partial", partial), ("dtensor/ops", ops), ("dtensor/random_dropout", random_dropout),
-            ("dtensor/random_offset_tracker", random_offset_tracker)]
+            ("dtensor/random_offset_tracker", random_offset_tracker),
+            ("dtensor/ops_while_a_collective_ends", ops_while_a_collective_ends)]
