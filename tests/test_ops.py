@@ -203,6 +203,26 @@ def test_argument_errors_raise_at_the_call(name, call, same_message):
     torch.neuron.synchronize()  # nothing was queued that could fail later
 
 
+@pytest.mark.parametrize("op", ["sum", "prod", "cumsum", "cumprod"])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float16, torch.bool])
+def test_out_dtype_chooses_the_computation(op, dtype):
+    """sum/prod/cumsum/cumprod compute in the out= tensor's dtype when none is given: a float input
+    with an integer out= is no cast error (the rule of ops whose dtype comes from the inputs)."""
+    x = torch.randn(3, 4) * 4
+    f = getattr(torch, op)
+    want = torch.empty(0, dtype=dtype)
+    try:
+        f(x, 0, out=want)
+    except RuntimeError:  # CPU has no such kernel (cumsum of bool): neuron refuses too
+        with pytest.raises(RuntimeError):
+            f(x.to("neuron"), 0, out=torch.empty(0, dtype=dtype, device="neuron"))
+            torch.neuron.synchronize()
+        return
+    got = torch.empty(0, dtype=dtype, device="neuron")
+    f(x.to("neuron"), 0, out=got)
+    assert_same(got, want)
+
+
 def test_out_tensor_that_is_an_input_and_must_grow_raises_at_the_call():
     """CPU reallocates the input under the kernel (its result then depends on what the new memory
     held); neuron refuses at the call instead of failing at a later synchronize."""

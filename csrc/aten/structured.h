@@ -106,6 +106,11 @@ c10::DeviceIndex check_args(const char* op, const Args&... args) {
 template <class Meta>
 constexpr bool kIsIterator = std::is_base_of_v<at::TensorIteratorBase, Meta>;
 
+// Ops whose out= tensor's dtype is the one they compute in when no dtype is given (sum, prod,
+// cumsum, cumprod: their metas take it), so the functional form's dtype need not cast to it.
+template <class Meta>
+struct OutDtypeIsComputeDtype : std::false_type {};
+
 template <class Meta, size_t N>
 struct FunctionalOp final : Meta {
   std::array<at::Tensor, N> outputs_;
@@ -234,7 +239,7 @@ template <class Meta, size_t N = 1, class Kernel, class Outs, class... Args>
 void structured_out(OpRecord& rec, Kernel kernel, const Outs& outs, const Args&... args) {
   auto op = std::apply([](const auto&... o) { return OutOp<Meta, N>(o...); }, outs);
   const auto device = std::apply([&](const auto&... o) { return check_args(rec.name.c_str(), o..., args...); }, outs);
-  if constexpr (!kIsIterator<Meta>) {
+  if constexpr (!kIsIterator<Meta> && !OutDtypeIsComputeDtype<Meta>::value) {
     // The dtypes the functional form gives must cast to the out= tensors' (PyTorch's rule): CPU
     // kernels check it inside, where it would surface only at a sync. TensorIterator metas check
     // it themselves. A functional meta may write its outputs (baddbmm's queues a copy), so they are
