@@ -175,8 +175,23 @@ def test_attention_is_async_and_exact():
     for a, b in ((q, qn), (k, kn), (v, vn)):
         torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=0, atol=0)
     c = torch_neuronx.op_counts()
+    # SDPA takes the device's fused entry (PrivateUse1's "overrideable" backend), which runs the
+    # CPU's flash kernel as a task.
+    assert torch._fused_sdp_choice(qn, kn, vn, is_causal=True) == torch.nn.attention.SDPBackend.OVERRIDEABLE.value
+    assert c["aten::_scaled_dot_product_fused_attention_overrideable"]["async"] == 1
+    assert c["aten::_scaled_dot_product_fused_attention_overrideable_backward"]["async"] == 1
     assert c["aten::_scaled_dot_product_flash_attention_for_cpu"] == {"async": 1, "sync": 0, "copy": 0}
     assert c["aten::_scaled_dot_product_flash_attention_for_cpu_backward"]["async"] == 1
+
+
+def test_attention_where_the_cpu_takes_the_math_path():
+    """Dropout: the CPU takes the math decomposition; neuron too, not its fused entry."""
+    q = torch.randn(1, 2, 4, 8, device=N)
+    assert torch._fused_sdp_choice(q, q, q, dropout_p=0.5) == torch._fused_sdp_choice(q.cpu(), q.cpu(), q.cpu(), dropout_p=0.5)
+    torch_neuronx.reset_op_counts()
+    out = F.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
+    assert out.shape == q.shape
+    assert "aten::_scaled_dot_product_fused_attention_overrideable" not in torch_neuronx.op_counts()
 
 
 def test_random_ops_are_async_and_follow_the_seed():

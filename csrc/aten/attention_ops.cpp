@@ -1,19 +1,74 @@
-// Scaled dot-product attention on neuron picks the kernel the CPU would pick. Without a choice
-// registered for the device, PyTorch runs its unfused math decomposition (a dozen ops, each
-// rounding in the input dtype); with it, the CPU's fused flash-attention kernel runs through
-// the queued path, and results match the CPU's. A hardware build would choose its own kernel.
+// Scaled dot-product attention on neuron: where the CPU would run its fused flash-attention
+// kernel, the device's own fused entry runs (the "overrideable" backend, PrivateUse1's slot in
+// SDPA), and it runs that CPU kernel as a task, so results match the CPU's. Elsewhere PyTorch's
+// math decomposition runs, as on the CPU. A hardware build would put its own kernel here.
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/transformers/attention.h>
+#include <ATen/native/transformers/sdp_utils_cpp.h>
 #include <ATen/ops/_fused_sdp_choice_native.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include "pipeline/op_record.h"
 
 namespace torch_neuronx {
 namespace {
 
-int64_t choose_sdp_kernel(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
-                          const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
+using at::Tensor;
+
+int64_t choose_sdp_kernel(const Tensor& query, const Tensor& key, const Tensor& value,
+                          const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal,
                           std::optional<double> scale, bool enable_gqa) {
   // The CPU's rules read only shapes, strides, dtypes and flags.
-  return at::native::_fused_sdp_choice_cpp(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa);
+  const int64_t cpu =
+      at::native::_fused_sdp_choice_cpp(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa);
+  return cpu == static_cast<int64_t>(sdp::SDPBackend::flash_attention) ? static_cast<int64_t>(sdp::SDPBackend::overrideable)
+                                                                        : cpu;
+}
+
+OpRecord& fused_rec = typed_op("aten::_scaled_dot_product_fused_attention_overrideable",
+                               "the CPU's flash attention (aten::_scaled_dot_product_flash_attention_for_cpu)");
+OpRecord& fused_backward_rec = typed_op("aten::_scaled_dot_product_fused_attention_overrideable_backward",
+                                        "the CPU's flash attention backward");
+
+// Its results as the meta kernel gives them: no cumulative sequence lengths or debug mask (no
+// nested tensors here), the sequence lengths, and 0-dim seed and offset.
+std::tuple<Tensor, Tensor, Tensor, Tensor, c10::SymInt, c10::SymInt, Tensor, Tensor, Tensor> fused_attention(
+    const Tensor& query, const Tensor& key, const Tensor& value, const std::optional<Tensor>& attn_bias,
+    double dropout_p, bool is_causal, bool /*return_debug_mask*/, std::optional<double> scale) {
+  fused_rec.count(Mode::kAsync);
+  auto [out, logsumexp] =
+      at::_scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, attn_bias, scale);
+  const Tensor seed = at::empty({}, query.options().dtype(at::kLong));
+  const Tensor offset = at::empty({}, query.options().dtype(at::kLong));
+  return {out, logsumexp, Tensor(), Tensor(), c10::SymInt(query.size(-2)), c10::SymInt(key.size(-2)), seed, offset,
+          Tensor()};
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor> fused_attention_backward(
+    const Tensor& grad_out, const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& attn_bias,
+    std::array<bool, 4> grad_input_mask, const Tensor& out, const Tensor& logsumexp, const Tensor& /*cum_seq_q*/,
+    const Tensor& /*cum_seq_k*/, c10::SymInt /*max_q*/, c10::SymInt /*max_k*/, double dropout_p, bool is_causal,
+    const Tensor& /*philox_seed*/, const Tensor& /*philox_offset*/, std::optional<double> scale) {
+  // The CPU's flash kernel gives no gradient of the mask; the CPU picks it only when none is needed.
+  TORCH_CHECK(!grad_input_mask[3], "neuron: scaled_dot_product_attention's fused kernel gives no gradient of "
+                                   "attn_mask; pass a mask that does not require grad");
+  fused_backward_rec.count(Mode::kAsync);
+  const std::optional<Tensor> mask = attn_bias.defined() ? std::optional<Tensor>(attn_bias) : std::nullopt;
+  auto [gq, gk, gv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(grad_out, query, key, value, out,
+                                                                               logsumexp, dropout_p, is_causal, mask,
+                                                                               scale);
+  return {gq, gk, gv, Tensor()};
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  // PyTorch registers no PrivateUse1 kernel of its own for the choice; its meta kernel (fake
+  // tensors, torch.compile) reaches the same function through the stub below.
+  m.impl("_fused_sdp_choice", TORCH_FN(choose_sdp_kernel));
+  m.impl("_scaled_dot_product_fused_attention_overrideable", TORCH_FN(fused_attention));
+  m.impl("_scaled_dot_product_fused_attention_overrideable_backward", TORCH_FN(fused_attention_backward));
 }
 
 }  // namespace
