@@ -52,6 +52,7 @@ struct Override {
   unsigned flags;     // OverrideFlag
   const char* why;
   MetaRule rule = nullptr;
+  ArgCheck check = nullptr;
 };
 
 constexpr int kRules = -1;
@@ -62,13 +63,15 @@ namespace mr = meta_rules;
 const Override kOverrides[] = {
     // Composite kernels that would send neuron to convolution_overrideable: take the ops, so the
     // CPU's convolution runs as a task.
-    {"aten::convolution", kRules, kClaim, "its composite kernel would call convolution_overrideable"},
+    {"aten::convolution", kRules, kClaim, "its composite kernel would call convolution_overrideable", nullptr,
+     mr::check_convolution},
     {"aten::convolution_backward", kRules, kClaim, "its composite kernel would call convolution_backward_overrideable"},
     // A composite kernel that computes differently from the CPU kernel (in the input dtype
     // rather than in float): the CPU kernel is what users compare with, and one task, not many.
     {"aten::native_layer_norm", kRules, kClaim, "the CPU kernel, not the composite one, is the reference"},
     {"aten::native_group_norm", kRules, kClaim, "the CPU kernel, not the composite one, is the reference"},
     {"aten::addr", kRules, kClaim, "the CPU kernel, not the composite one, is the reference"},
+    {"aten::addr.out", kRules, kClaim, "its composite kernel would copy into an out= tensor on any device"},
     {"aten::_stack", kRules, kClaim, "one kernel rather than a cat of unsqueezed inputs"},
     {"aten::all.dims", kRules, kClaim, "one kernel rather than a chain of reductions"},
     {"aten::any.dims", kRules, kClaim, "one kernel rather than a chain of reductions"},
@@ -108,6 +111,26 @@ const Override kOverrides[] = {
     // out= kernels that use or reshape their output as scratch: the task runs the op and copies.
     {"aten::huber_loss", kRules, kNoOutKernel, "its out= kernel uses the output as scratch of the input's size"},
     {"aten::binary_cross_entropy", kRules, kNoOutKernel, "its out= kernel uses the output as scratch of the input's size"},
+    // CPU out= kernels that resize a wrong-sized out= tensor without PyTorch's warning.
+    {"aten::addbmm", kRules, kQuietResize, "the CPU resizes its out= tensor quietly"},
+    {"aten::linspace", kRules, kQuietResize, "the CPU resizes its out= tensor quietly"},
+    {"aten::logspace", kRules, kQuietResize, "the CPU resizes its out= tensor quietly"},
+    {"aten::log_sigmoid_forward", kRules, kQuietResize, "the CPU resizes its out= tensors quietly"},
+    {"aten::narrow_copy", kRules, kQuietResize, "the CPU resizes its out= tensor quietly"},
+    {"aten::eye", kRules, kQuietResize, "the CPU resizes its out= tensor quietly"},
+    {"aten::bernoulli", kRules, kQuietResize, "the CPU resizes its out= tensor quietly"},
+    // Argument errors the CPU kernel raises inside its task and meta does not: raised at the call.
+    {"aten::uniform_", kRules, 0, "the CPU kernel checks from <= to", nullptr, mr::check_uniform},
+    {"aten::complex", kRules, 0, "the CPU kernel checks the parts' dtypes", nullptr, mr::check_complex},
+    {"aten::masked_fill_.Scalar", kRules, 0, "the CPU kernel checks that the value fits the dtype", nullptr,
+     mr::check_masked_fill},
+    {"aten::masked_scatter_", kRules, 0, "the CPU kernel checks the mask and the source", nullptr,
+     mr::check_masked_scatter},
+    {"aten::aminmax.out", kRules, 0, "the CPU kernel checks the out= dtypes", nullptr, mr::check_aminmax_out},
+    {"aten::bucketize", kRules, 0, "the CPU kernel checks that the boundaries are 1-D", nullptr, mr::check_bucketize},
+    {"aten::multinomial", kRules, kQuietResize, "the CPU kernel checks the input's dtype and resizes out= quietly",
+     nullptr, mr::check_multinomial},
+    {"aten::logit_", kRules, 0, "the CPU kernel checks that a float result fits self", nullptr, mr::check_float_inplace},
     // Sync: the CPU kernel decides what meta cannot predict.
     {"aten::_embedding_bag_forward_only", kSyncMode, 0,
      "its CPU kernel sizes offset2bag, bag_size and max_indices differently from meta"},
@@ -321,9 +344,11 @@ std::unique_ptr<OpRecord> make_record(const c10::OperatorHandle& op) {
     flags |= o.flags;
     if (o.mode != kRules) mode = o.mode;
     if (o.rule) r->rule = o.rule;
+    if (o.check) r->check = o.check;
     whys += (whys.empty() ? "" : "; ") + std::string(o.why);
   }
   r->contiguous_outputs = flags & kContiguousOutputs;
+  r->quiet_resize = flags & kQuietResize;
   if (flags & kFunctionalLayout) r->functional_op = find_functional_of(op.schema());
   Decision d = decide(op, *r, flags);
   if (mode != kRules) d = {static_cast<Mode>(mode), whys};

@@ -16,6 +16,7 @@ enum OverrideFlag : unsigned {
   kNoOutKernel = 2,  // the task runs the op and copies its results (its out= kernel misbehaves)
   kContiguousOutputs = 4,  // fresh outputs are contiguous, as the CPU kernel makes them
   kFunctionalLayout = 8,   // a resized out= tensor takes the functional op's result layout
+  kQuietResize = 16,       // out= tensors resize without PyTorch's warning, as the CPU kernel does
 };
 
 // The record (plan and counters) of a boxed op, made on first use. Cheap on repeated calls.

@@ -189,7 +189,13 @@ bool ask_meta(const c10::OperatorHandle& op, OpRecord& rec, const c10::IValue* a
   const size_t nargs = schema.arguments().size(), nret = schema.returns().size();
   torch::jit::Stack meta;
   meta.reserve(nargs);
-  for (size_t i = 0; i < nargs; ++i) meta.push_back(mirror(args[i]));
+  for (size_t i = 0; i < nargs; ++i) {
+    // An empty out= mirror: meta resizes it without the warning the CPU kernel does not give.
+    const bool quiet = rec.quiet_resize && is_written(schema, i) && schema.arguments()[i].is_out();
+    meta.push_back(quiet ? map_tensors(args[i], [](const at::Tensor& t) {
+      return at::Tensor(at::detail::empty_strided_meta({0}, {1}, t.scalar_type()));
+    }) : mirror(args[i]));
+  }
   const torch::jit::Stack mirrors = meta;  // the kernel consumes its stack; out= mirrors are resized in place
   rec.meta_calls.fetch_add(1, std::memory_order_relaxed);
   try {
@@ -246,10 +252,10 @@ bool ask_meta(const c10::OperatorHandle& op, OpRecord& rec, const c10::IValue* a
 // Out= arguments of another shape take the layouts meta gave them, as the CPU kernel would have
 // (with PyTorch's warning when a non-empty out= tensor is resized); one of the right shape keeps
 // its layout, as structured kernels keep it.
-// `meta_warned`: the meta kernel just ran on mirrors of these tensors and gave PyTorch's warning
-// for a non-empty out= tensor it resized, so the resize here is silent (one warning per call).
+// `quiet`: no warning here, because the meta kernel just ran on mirrors of these tensors and gave
+// it (one warning per call), or because the CPU kernel gives none (kQuietResize).
 void size_written_args(const c10::FunctionSchema& schema, c10::IValue* args, const MetaAnswer& answer,
-                       bool meta_warned) {
+                       bool quiet) {
   size_t k = 0;
   for (size_t i = 0; i < schema.arguments().size(); ++i) {
     if (!is_written(schema, i)) continue;
@@ -270,7 +276,7 @@ void size_written_args(const c10::FunctionSchema& schema, c10::IValue* args, con
                       c10::IntArrayRef(m.sizes), "; pass a separate out= tensor");
         });
       }
-      if (meta_warned) {
+      if (quiet) {
         t.resize_(m.sizes);
       } else {
         at::native::resize_output(t, m.sizes);
@@ -357,7 +363,7 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
     if (key.usable()) remember_answer(&schema, std::move(key), fresh);
     answer = std::move(fresh);
   }
-  size_written_args(schema, args, *answer, asked);
+  size_written_args(schema, args, *answer, asked || rec.quiet_resize);
 
   // What the task needs, read now: the arguments as they are after resizing, a generator for
   // each random draw (the neuron generator's offset moves past it here, in call order).

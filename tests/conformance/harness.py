@@ -5,6 +5,8 @@ CPU and on neuron and the outputs are compared (values, dtype, shape, and stride
 outputs) with assert_close's per-dtype defaults. The OpInfo's in-place variant (result and the
 mutated input) and its out= variant (result and the out tensors, resized from empty) are
 compared the same way; for float32 ops with autograd, the input gradients are compared too.
+Every sample also runs the checks of semantics.py: again non-contiguous after warm-up, out= on
+the CPU, out= resize warnings, variants the CPU rejects, and the OpInfo's error inputs.
 Each (op, dtype) gets one status:
   pass       neuron matches CPU
   fail       a mismatch (the first one is recorded)
@@ -24,6 +26,10 @@ import os
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -P leaves the script's folder out
+
+import semantics  # noqa: E402
 
 DTYPES = ["float32", "bfloat16", "float16", "int64", "int32", "int8", "uint8", "bool"]
 CI_DTYPES = ["float32", "int64"]
@@ -209,7 +215,11 @@ def _compare_variants(op, ns, sample, expected, values, device):
             run = call
         try:
             want = run(sample, "cpu")
-        except Exception:  # noqa: BLE001  (the CPU rejects this variant for this sample)
+        except Exception as e:  # noqa: BLE001  (the CPU rejects this variant for this sample: neuron must too)
+            problem = semantics.raises_at_call(lambda: run(_fresh(ns), device),
+                                               f"{name} where the CPU raised {type(e).__name__}: {e}")
+            if problem:
+                return "fail", problem
             continue
         try:
             got = run(_fresh(ns), device)
@@ -220,6 +230,10 @@ def _compare_variants(op, ns, sample, expected, values, device):
             _compare(got, want, values, device)
         except Exception as e:  # noqa: BLE001
             return "fail", f"{name}: {type(e).__name__}: {e}"
+        if name == "out=" and device == "neuron":
+            problem = semantics.out_checks(op, ns, sample, expected, _fresh)
+            if problem:
+                return "fail", problem
     return None
 
 
@@ -277,10 +291,17 @@ def run_one(op, dtype_name: str, max_samples: int) -> dict:
             return {**result, "status": "fail", "detail": f"{type(e).__name__}: {e}"[:300],
                     "fallback": _copied()}
         problem = _compare_variants(op, ns, sample, expected, values, device)
+        if problem is None:
+            detail = semantics.noncontiguous(op, ns, sample, values, device, _compare, _fresh)
+            problem = None if detail is None else ("fail", detail)
         if problem is not None:
             return {**result, "status": problem[0], "detail": problem[1][:300],
                     "fallback": _copied()}
         compared += 1
+    if dtype_name == "float32":
+        detail = semantics.error_inputs(op)
+        if detail is not None:
+            return {**result, "status": "fail", "detail": detail[:300], "fallback": _copied()}
     if dtype_name == "float32" and op.supports_autograd and samples and not _value_free(op):
         try:
             gsamples = list(op.sample_inputs("neuron", dtype, requires_grad=True))[:max_samples]

@@ -1,0 +1,133 @@
+"""The harness's checks beyond a sample's values (harness.py runs them on every sample it compares
+and once per OpInfo). Each returns None, or what disagrees with the CPU, naming the check:
+
+  non-contiguous     the sample again with every tensor non-contiguous (SampleInput.noncontiguous),
+                     after the contiguous run has warmed the caches up: values and layouts against
+                     the CPU's run of the same non-contiguous sample
+  out= on the CPU    a neuron call given CPU out= tensors (0-dim ones too) raises at the call,
+                     as CUDA does, and writes nothing
+  resize warning     out= tensors of the wrong, non-empty size warn on every call where the CPU does
+  CPU raised         an in-place or out= variant the CPU rejects for a sample (an in-place call
+                     whose self would have to broadcast) raises on neuron too, at the call
+  error_inputs       the OpInfo's error inputs the CPU rejects raise on neuron, at the call, with
+                     the same exception type; never only at a later synchronize
+"""
+from __future__ import annotations
+
+import warnings
+
+
+def raises_at_call(call, what):
+    """None when `call()` raises and leaves no failing task behind; else what went wrong."""
+    import torch
+
+    try:
+        call()
+    except Exception:  # noqa: BLE001
+        try:
+            torch.neuron.synchronize()
+        except Exception as e:  # noqa: BLE001
+            return f"{what}: raised, and left a task that failed later: {type(e).__name__}: {e}"
+        return None
+    try:
+        torch.neuron.synchronize()
+    except Exception as e:  # noqa: BLE001
+        return f"{what}: raised only at the next synchronize: {type(e).__name__}: {e}"
+    return f"{what}: neuron did not raise"
+
+
+def noncontiguous(op, ns, sample, values, device, compare, fresh):
+    import torch
+
+    nc_cpu = sample.noncontiguous()
+    try:
+        expected = op(nc_cpu.input, *nc_cpu.args, **nc_cpu.kwargs)
+    except Exception:  # noqa: BLE001  (the CPU rejects the non-contiguous form)
+        return None
+    try:
+        nc = fresh(ns).noncontiguous()
+        actual = op(nc.input, *nc.args, **nc.kwargs)
+        torch.neuron.synchronize()
+        compare(actual, expected, values, device)
+    except Exception as e:  # noqa: BLE001
+        return f"non-contiguous: {type(e).__name__}: {e}"
+    return None
+
+
+def _outs(like, make):
+    import torch
+
+    if isinstance(like, torch.Tensor):
+        return make(like)
+    return type(like)(_outs(v, make) for v in like)
+
+
+def _resize_warnings(call) -> int:
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        try:
+            call()
+        except Exception:  # noqa: BLE001
+            return -1
+    return sum("resized" in str(w.message) for w in seen)
+
+
+def out_checks(op, ns, sample, expected, fresh):
+    """The out= on the CPU and resize warning checks of one sample whose out= variant the CPU runs."""
+    import torch
+
+    def call(s, outs):
+        return op(s.input, *s.args, **s.kwargs, out=outs)
+
+    on_cpu = _outs(expected, lambda e: torch.empty_like(e))
+    problem = raises_at_call(lambda: call(fresh(ns), on_cpu), "out= on the CPU")
+    if problem:
+        return problem
+
+    def wrong_size(device):
+        return _outs(expected, lambda e: torch.zeros((1,) if e.numel() != 1 else (2,), dtype=e.dtype, device=device))
+
+    cpu = [_resize_warnings(lambda: call(sample, wrong_size("cpu"))) for _ in range(2)]
+    if min(cpu) < 0:
+        return None  # the CPU rejects a wrong-size out= for this op
+    neuron = []
+    for _ in range(2):
+        neuron.append(_resize_warnings(lambda: call(fresh(ns), wrong_size("neuron"))))
+        torch.neuron.synchronize()
+    if neuron != cpu:
+        return f"resize warning: over two calls the CPU warned {cpu}, neuron {neuron} (-1: raised)"
+    return None
+
+
+def error_inputs(op):
+    """error_inputs of the OpInfo that the CPU rejects, run on neuron."""
+    import torch
+
+    try:
+        cases = list(op.error_inputs("neuron"))
+    except Exception:  # noqa: BLE001  (no error inputs, or they cannot be made on this device)
+        return None
+    for case in cases:
+        s = case.sample_input
+        cpu = s.transform(lambda t: t.cpu() if isinstance(t, torch.Tensor) and t.device.type == "neuron" else t)
+        try:
+            op(cpu.input, *cpu.args, **cpu.kwargs)
+            continue  # the CPU accepts it (an error only other devices raise)
+        except Exception as e:  # noqa: BLE001
+            cpu_error = e
+        what = f"error_inputs ({type(cpu_error).__name__}: {str(cpu_error).splitlines()[0][:120]})"
+        raised = []
+
+        def call():
+            try:
+                op(s.input, *s.args, **s.kwargs)
+            except Exception as e:  # noqa: BLE001
+                raised.append(e)
+                raise
+
+        problem = raises_at_call(call, what)
+        if problem:
+            return problem
+        if not isinstance(raised[0], type(cpu_error)):
+            return f"{what}: neuron raised {type(raised[0]).__name__}: {raised[0]}"
+    return None
