@@ -180,11 +180,7 @@ def _variants(op):
         variants.append(("in-place", inplace))
     if op.supports_out:
         def out(s, device, like):
-            def empty(e):
-                if isinstance(e, torch.Tensor):
-                    return torch.empty(0, dtype=e.dtype, device=device)
-                return type(e)(empty(v) for v in e)
-            outs = empty(like)
+            outs = semantics.out_tensors(like, lambda e: torch.empty(0, dtype=e.dtype, device=device))
             return op(s.input, *s.args, **s.kwargs, out=outs), outs
         variants.append(("out=", out))
     return variants

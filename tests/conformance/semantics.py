@@ -54,12 +54,13 @@ def noncontiguous(op, ns, sample, values, device, compare, fresh):
     return None
 
 
-def _outs(like, make):
+def out_tensors(like, make):
+    """out= tensors shaped like a result (a tensor or nested tuples of them): make(result tensor)."""
     import torch
 
     if isinstance(like, torch.Tensor):
         return make(like)
-    return type(like)(_outs(v, make) for v in like)
+    return type(like)(out_tensors(v, make) for v in like)
 
 
 def _resize_warnings(call) -> int:
@@ -79,13 +80,13 @@ def out_checks(op, ns, sample, expected, fresh):
     def call(s, outs):
         return op(s.input, *s.args, **s.kwargs, out=outs)
 
-    on_cpu = _outs(expected, lambda e: torch.empty_like(e))
+    on_cpu = out_tensors(expected, lambda e: torch.empty_like(e))
     problem = raises_at_call(lambda: call(fresh(ns), on_cpu), "out= on the CPU")
     if problem:
         return problem
 
     def wrong_size(device):
-        return _outs(expected, lambda e: torch.zeros((1,) if e.numel() != 1 else (2,), dtype=e.dtype, device=device))
+        return out_tensors(expected, lambda e: torch.zeros((1,) if e.numel() != 1 else (2,), dtype=e.dtype, device=device))
 
     cpu = [_resize_warnings(lambda: call(sample, wrong_size("cpu"))) for _ in range(2)]
     if min(cpu) < 0:
