@@ -66,16 +66,18 @@ def test_accelerate_prepare_loop_trains_like_cpu():
 
 def test_errors_keep_their_kind():
     x = torch.randn(4, 3, device=N)
+    torch.gather(x, 0, torch.tensor([[1, 0, 0]], device=N))  # the signatures run once, cleanly
+    torch.index_select(x, 0, torch.tensor([1], device=N))
     torch.gather(x, 0, torch.tensor([[5, 0, 0]], device=N))  # an index only the kernel sees
     with pytest.raises(RuntimeError, match="gather"):
         torch.neuron.synchronize()
     torch.index_select(x, 0, torch.tensor([9], device=N))
     with pytest.raises(IndexError):
         torch.neuron.synchronize()
-    # NotImplementedError stays one: a kernel without the dtype, seen only when it runs.
-    torch.linalg.svd(torch.randn(3, 3, device=N, dtype=torch.bfloat16))
+    # NotImplementedError stays one: a kernel without the dtype, at the call (its signature's first).
     with pytest.raises(NotImplementedError, match="BFloat16"):
-        torch.neuron.synchronize()
+        torch.linalg.svd(torch.randn(3, 3, device=N, dtype=torch.bfloat16))
+    torch.neuron.synchronize()
     assert (x + 1).shape == (4, 3)  # the device is still usable
 
 

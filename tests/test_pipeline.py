@@ -13,19 +13,72 @@ N = "neuron"
 
 
 def counts(op):
-    return torch_neuronx.op_counts().get(op, {"async": 0, "sync": 0, "copy": 0})
+    return torch_neuronx.op_counts().get(op, {"async": 0, "sync": 0, "copy": 0, "first_waits": 0})
 
 
-def test_boxed_op_is_async_from_its_first_call():
+def test_boxed_op_is_async_once_its_signature_has_run():
     x, idx = torch.randn(64, 8), torch.tensor([3, 0, 5])
     xn, idxn = x.to(N), idx.to(N)
+    torch.index_select(torch.randn(5, 2, device=N), 1, torch.tensor([1], device=N))  # same dtypes and ranks
     torch.neuron.synchronize()
     torch_neuronx.reset_op_counts()
     torch.neuron._sleep(300)
-    y = torch.index_select(xn, 0, idxn)
+    y = torch.index_select(xn, 0, idxn)  # other sizes and arguments: no new signature
     assert not torch.neuron.current_stream().query()  # returned while the stream is busy
     torch.testing.assert_close(y.cpu(), torch.index_select(x, 0, idx))
-    assert counts("aten::index_select") == {"async": 1, "sync": 0, "copy": 0}
+    assert counts("aten::index_select") == {"async": 1, "sync": 0, "copy": 0, "first_waits": 0}
+
+
+def test_the_first_call_of_a_signature_raises_the_cpu_kernels_errors_at_the_call():
+    """Checks only the CPU kernel makes (here, the dtypes it implements) raise at the call, as on
+    CUDA, not at a later sync blamed on another op; later calls of the signature are queued."""
+    a, b = torch.randn(3), torch.randn(3)
+    with pytest.raises(NotImplementedError) as on_cpu:
+        a & b
+    torch_neuronx.reset_op_counts()
+    for _ in range(2):  # a failed signature is not remembered: every such call raises
+        with pytest.raises(NotImplementedError) as on_neuron:
+            a.to(N) & b.to(N)
+        assert str(on_neuron.value) == str(on_cpu.value)
+    torch.neuron.synchronize()  # nothing left pending
+    x = torch.randint(0, 8, (5,), dtype=torch.int16)
+    y = torch.randint(0, 8, (5,), dtype=torch.int16)
+    xn, yn = x.to(N), y.to(N)
+    torch_neuronx.reset_op_counts()
+    torch.testing.assert_close((xn & yn).cpu(), x & y)
+    y1 = yn + 1
+    torch.neuron.synchronize()
+    torch.neuron._sleep(300)
+    z = xn & y1  # a known signature
+    assert not torch.neuron.current_stream().query()
+    torch.testing.assert_close(z.cpu(), x & (y + 1))
+    c = counts("aten::bitwise_and.Tensor")
+    assert c["async"] == 2 and c["first_waits"] == 1 and c["sync"] == 0
+    assert "waited: the first of their signature" in torch_neuronx.explain("aten::bitwise_and.Tensor")
+
+
+def test_an_out_tensor_overlapping_an_input_raises_like_cpu():
+    """The kernel's views of one device storage share a storage, so the CPU kernel's overlap checks
+    see what they see on the CPU (the results would otherwise be computed over memory being written)."""
+    def call(dev):
+        x = torch.arange(8.0, device=dev)
+        torch.take(x, torch.tensor([7, 6, 5, 4], device=dev), out=x[2:6])
+        return x.cpu()
+
+    with pytest.raises(RuntimeError, match="single memory location") as on_cpu:
+        call("cpu")
+    with pytest.raises(RuntimeError) as on_neuron:
+        call(N)
+    assert str(on_neuron.value) == str(on_cpu.value)
+    torch.neuron.synchronize()
+    x, out = torch.arange(8.0, device=N), torch.zeros(8, device=N)  # the same op without overlap runs
+    torch.take(x, torch.tensor([7, 6, 5, 4], device=N), out=out[2:6])
+    torch.testing.assert_close(out.cpu()[2:6], torch.tensor([7.0, 6.0, 5.0, 4.0]))
+    a = torch.rand(3, 0)  # empty outputs share no memory: the kernel must not see Q and R as aliases
+    q, r = torch.linalg.qr(a.to(N))
+    want = torch.linalg.qr(a)
+    assert q.shape == want.Q.shape and r.shape == want.R.shape
+    torch.neuron.synchronize()
 
 
 def test_value_dependent_shapes_run_sync_and_say_why():
@@ -58,7 +111,7 @@ def test_op_counts_shape_and_reset():
     a = torch.ones(3, device=N)
     (a + a).relu()
     c = torch_neuronx.op_counts()
-    assert c["aten::add.Tensor"] == {"async": 1, "sync": 0, "copy": 0}
+    assert {k: c["aten::add.Tensor"][k] for k in ("async", "sync", "copy")} == {"async": 1, "sync": 0, "copy": 0}
     assert c["aten::relu"]["async"] == 1
     torch_neuronx.reset_op_counts()
     assert torch_neuronx.op_counts() == {}
@@ -136,6 +189,8 @@ def test_out_variants_resize_keep_the_cpu_layout_and_warn_every_time():
 def test_kernel_errors_keep_their_kind_at_the_sync():
     x = torch.randn(4, 3, device=N)
     ok = torch.tensor([1], device=N)
+    torch.index_select(x, 0, ok)  # the signature has run: later calls are queued
+    torch.zeros(4, device=N).index_copy_(0, ok, torch.ones(1, device=N))
     torch.index_select(x, 0, torch.tensor([9], device=N))  # only the kernel sees the bad index
     with pytest.raises(IndexError, match="index_select.*index out of range"):
         torch.neuron.synchronize()
@@ -180,7 +235,8 @@ def test_attention_is_async_and_exact():
     assert torch._fused_sdp_choice(qn, kn, vn, is_causal=True) == torch.nn.attention.SDPBackend.OVERRIDEABLE.value
     assert c["aten::_scaled_dot_product_fused_attention_overrideable"]["async"] == 1
     assert c["aten::_scaled_dot_product_fused_attention_overrideable_backward"]["async"] == 1
-    assert c["aten::_scaled_dot_product_flash_attention_for_cpu"] == {"async": 1, "sync": 0, "copy": 0}
+    assert c["aten::_scaled_dot_product_flash_attention_for_cpu"]["async"] == 1
+    assert c["aten::_scaled_dot_product_flash_attention_for_cpu"]["sync"] == 0
     assert c["aten::_scaled_dot_product_flash_attention_for_cpu_backward"]["async"] == 1
 
 
@@ -195,6 +251,8 @@ def test_attention_where_the_cpu_takes_the_math_path():
 
 
 def test_random_ops_are_async_and_follow_the_seed():
+    torch.randn(3, device=N)  # their signatures have run
+    torch.empty(5, device=N).uniform_(generator=torch.Generator(device=N))
     torch.neuron.manual_seed(7)
     torch.neuron.synchronize()
     torch_neuronx.reset_op_counts()
@@ -286,8 +344,8 @@ def test_a_kernel_that_disagrees_with_its_meta_fails_loudly():
     lib.impl("widen", lambda x: torch.cat([x, x]), "CPU")
     lib.impl("widen", lambda x: torch.empty_like(x), "Meta")
     try:
-        torch.ops.neuron_test.widen(torch.ones(3, device=N))
         with pytest.raises(RuntimeError, match="disagreed with its meta kernel.*op_policy.cpp"):
-            torch.neuron.synchronize()
+            torch.ops.neuron_test.widen(torch.ones(3, device=N))  # the first call of its signature waits
+        torch.neuron.synchronize()
     finally:
         lib._destroy()

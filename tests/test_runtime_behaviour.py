@@ -98,16 +98,18 @@ def test_event_timing_and_wait_stream():
 
 def test_queued_failure_surfaces_at_synchronize():
     x = torch.zeros(4, device="neuron")
+    x.index_copy_(0, torch.tensor([1], device="neuron"), torch.ones(1, device="neuron"))  # its signature runs once
     bad = torch.tensor([7], device="neuron")  # out of range: only the kernel can see that
     x.index_copy_(0, bad, torch.ones(1, device="neuron"))
     with pytest.raises(IndexError, match="index_copy"):
         torch.neuron.synchronize()
-    assert (x + 1).sum().item() == 4  # the device is still usable
+    assert (x + 1).sum().item() == 5  # the device is still usable
 
 
 def test_launch_blocking_reports_at_the_call():
     r = run_python(
         "import torch\nx = torch.zeros(4, device='neuron')\n"
+        "x.index_copy_(0, torch.tensor([1], device='neuron'), torch.ones(1, device='neuron'))\n"
         "try:\n    x.index_copy_(0, torch.tensor([7], device='neuron'), torch.ones(1, device='neuron'))\n"
         "    print('no error')\nexcept IndexError as e:\n    print('raised at call')\n",
         {"NEURON_LAUNCH_BLOCKING": "1"})
@@ -187,6 +189,24 @@ def test_save_and_load_round_trip(tmp_path):
     torch.save(torch.nn.Linear(2, 2).to("neuron").state_dict(), buf)
     buf.seek(0)
     assert torch.load(buf, map_location="neuron")["weight"].is_neuron
+
+
+def test_backend_metadata_is_kept_through_save_load_and_detach(tmp_path):
+    from torch._utils import get_tensor_metadata, set_tensor_metadata
+
+    t = torch.randn(3, 3, device="neuron")
+    assert get_tensor_metadata(t) == {}
+    flags = {"packed": True, "pinned_layout": True}
+    set_tensor_metadata(t, flags)
+    assert get_tensor_metadata(t) == flags
+    d = t.detach()
+    set_tensor_metadata(t, {"packed": False})  # False clears a flag; the detached alias keeps its own
+    assert get_tensor_metadata(t) == {"pinned_layout": True} and get_tensor_metadata(d) == flags
+    torch.save(d, tmp_path / "t.pt")
+    back = torch.load(tmp_path / "t.pt")
+    assert back.is_neuron and get_tensor_metadata(back) == flags
+    torch.testing.assert_close(back.cpu(), t.cpu())
+    assert get_tensor_metadata(torch.load(tmp_path / "t.pt", map_location="cpu")) == {}  # the CPU has none
 
 
 def test_pinned_non_blocking_copies():

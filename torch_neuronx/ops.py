@@ -9,6 +9,10 @@ Every op call that runs a kernel on the device is counted under one mode
 - copy:  the CPU fallback: tensors copied to host memory and back. TORCH_NEURONX_FALLBACK=warn
   (default, once per op) | error | silent.
 
+"first_waits" counts the async calls that waited for their kernel: the first call of each
+signature (dtypes, ranks, mode arguments) waits, so an error the CPU kernel raises where the meta
+kernel saw none (a dtype it does not implement) raises at the call, as on CUDA.
+
 Transfers between host and device (`.cpu()`, `.item()`, `.to("neuron")`) are not ops; they are
 counted in bytes by `torch.neuron.transfer_stats()`.
 """
@@ -17,17 +21,18 @@ from __future__ import annotations
 from . import _C
 
 _MODES = ("async", "sync", "copy")
+_COUNTS = _MODES + ("first_waits",)
 
 
 def op_counts(reasons: bool = False) -> dict:
-    """{op: {"async": n, "sync": n, "copy": n}} for every op called since the last reset.
+    """{op: {"async": n, "sync": n, "copy": n, "first_waits": n}} for every op called since the last reset.
 
     With reasons=True, ops with sync or copy calls also get "reasons": {mode: {why: calls}}.
     """
-    out = {name: dict(zip(_MODES, calls)) for name, calls in _C._op_counts().items()}
+    out = {name: dict(zip(_COUNTS, calls)) for name, calls in _C._op_counts().items()}
     if reasons:
         for name, modes in _C._op_reasons().items():
-            out.setdefault(name, dict.fromkeys(_MODES, 0))["reasons"] = {m: dict(r) for m, r in modes.items()}
+            out.setdefault(name, dict.fromkeys(_COUNTS, 0))["reasons"] = {m: dict(r) for m, r in modes.items()}
     return out
 
 
@@ -45,15 +50,15 @@ def explain(op: str) -> str:
 def op_report() -> str:
     """A table of the counted ops, with the reasons of their sync and copy calls."""
     counts = op_counts(reasons=True)
-    total = {m: sum(c[m] for c in counts.values()) for m in _MODES}
-    lines = [f"{'op':<56}{'async':>9}{'sync':>7}{'copy':>7}"]
+    total = {m: sum(c[m] for c in counts.values()) for m in _COUNTS}
+    lines = [f"{'op':<56}{'async':>9}{'sync':>7}{'copy':>7}{'1st-wait':>9}"]
     for name in sorted(counts, key=lambda n: (-counts[n]["sync"] - counts[n]["copy"], -counts[n]["async"], n)):
         c = counts[name]
-        lines.append(f"{name:<56}{c['async']:>9}{c['sync']:>7}{c['copy']:>7}")
+        lines.append(f"{name:<56}{c['async']:>9}{c['sync']:>7}{c['copy']:>7}{c['first_waits']:>9}")
         for mode, whys in c.get("reasons", {}).items():
             for why, n in whys.items():
                 lines.append(f"    {n} {mode}: {why}")
-    lines.append(f"{'total':<56}{total['async']:>9}{total['sync']:>7}{total['copy']:>7}")
+    lines.append(f"{'total':<56}{total['async']:>9}{total['sync']:>7}{total['copy']:>7}{total['first_waits']:>9}")
     return "\n".join(lines)
 
 

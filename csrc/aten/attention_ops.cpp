@@ -9,7 +9,12 @@
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 #include <torch/library.h>
+
+#include <algorithm>
+#include <numeric>
+#include <vector>
 
 #include "pipeline/op_record.h"
 
@@ -33,6 +38,23 @@ OpRecord& fused_rec = typed_op("aten::_scaled_dot_product_fused_attention_overri
 OpRecord& fused_backward_rec = typed_op("aten::_scaled_dot_product_fused_attention_overrideable_backward",
                                         "the CPU's flash attention backward");
 
+// `out` laid out as the meta kernels lay it out: in the dimension order of `query`'s strides (or
+// key's, value's for their gradients). The CPU kernel may give another order, and compiled code
+// checks strides against meta.
+Tensor in_query_layout(const Tensor& query, const Tensor& out) {
+  std::vector<int64_t> order(query.dim());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return query.stride(a) > query.stride(b); });
+  std::vector<int64_t> strides(query.dim());
+  int64_t stride = 1;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    strides[*it] = stride;
+    stride *= out.size(*it);
+  }
+  if (out.strides().equals(strides)) return out;
+  return at::empty_strided(out.sizes(), strides, out.options()).copy_(out);
+}
+
 // Its results as the meta kernel gives them: no cumulative sequence lengths or debug mask (no
 // nested tensors here), the sequence lengths, and 0-dim seed and offset.
 std::tuple<Tensor, Tensor, Tensor, Tensor, c10::SymInt, c10::SymInt, Tensor, Tensor, Tensor> fused_attention(
@@ -43,7 +65,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, c10::SymInt, c10::SymInt, Tensor, Ten
       at::_scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, attn_bias, scale);
   const Tensor seed = at::empty({}, query.options().dtype(at::kLong));
   const Tensor offset = at::empty({}, query.options().dtype(at::kLong));
-  return {out, logsumexp, Tensor(), Tensor(), c10::SymInt(query.size(-2)), c10::SymInt(key.size(-2)), seed, offset,
+  return {in_query_layout(query, out), logsumexp.contiguous(), Tensor(), Tensor(), c10::SymInt(query.size(-2)), c10::SymInt(key.size(-2)), seed, offset,
           Tensor()};
 }
 
@@ -60,7 +82,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> fused_attention_backward(
   auto [gq, gk, gv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(grad_out, query, key, value, out,
                                                                                logsumexp, dropout_p, is_causal, mask,
                                                                                scale);
-  return {gq, gk, gv, Tensor()};
+  return {in_query_layout(query, gq), in_query_layout(key, gk), in_query_layout(value, gv), Tensor()};
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

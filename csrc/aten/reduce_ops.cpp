@@ -44,15 +44,6 @@
 
 namespace torch_neuronx {
 
-template <>
-struct OutDtypeIsComputeDtype<at::meta::structured_sum_dim_IntList> : std::true_type {};
-template <>
-struct OutDtypeIsComputeDtype<at::meta::structured_prod_dim_int> : std::true_type {};
-template <>
-struct OutDtypeIsComputeDtype<at::meta::structured_cumsum> : std::true_type {};
-template <>
-struct OutDtypeIsComputeDtype<at::meta::structured_cumprod> : std::true_type {};
-
 namespace {
 
 using at::Scalar;

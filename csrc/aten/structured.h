@@ -2,7 +2,9 @@
 // csrc/pipeline/op_policy.cpp). The op's own meta function runs on the host (shape, dtype and
 // device checks raise at the call, as on CUDA) and allocates the device output; the CPU kernel then
 // runs as a task on the stream, over CPU views of device memory. One helper per variant:
-// functional, in-place, out=. Each call is counted on the op's record.
+// functional, in-place, out=. Each call is counted on the op's record. The first call of each
+// signature waits for its kernel, so the checks only the CPU kernel makes also raise at the call
+// (pipeline/first_call.h).
 #pragma once
 
 #include <ATen/TensorIterator.h>
@@ -21,6 +23,7 @@
 #include "exec/device_check.h"
 #include "exec/executor.h"
 #include "exec/tensor_desc.h"
+#include "pipeline/first_call.h"
 #include "pipeline/op_record.h"
 
 namespace torch_neuronx {
@@ -106,11 +109,6 @@ c10::DeviceIndex check_args(const char* op, const Args&... args) {
 template <class Meta>
 constexpr bool kIsIterator = std::is_base_of_v<at::TensorIteratorBase, Meta>;
 
-// Ops whose out= tensor's dtype is the one they compute in when no dtype is given (sum, prod,
-// cumsum, cumprod: their metas take it), so the functional form's dtype need not cast to it.
-template <class Meta>
-struct OutDtypeIsComputeDtype : std::false_type {};
-
 template <class Meta, size_t N>
 struct FunctionalOp final : Meta {
   std::array<at::Tensor, N> outputs_;
@@ -163,8 +161,12 @@ void queue_kernel(c10::DeviceIndex device, OpRecord& rec, Kernel kernel,
                   const std::array<at::Tensor, N>& outs, const Args&... args) {
   std::array<TensorDesc, N> out_descs;
   for (size_t i = 0; i < N; ++i) out_descs[i] = TensorDesc::of(outs[i]);
+  // The outputs' dtypes are in the signature: an out= call's may be one the kernel refuses.
+  Signature sig(rec);
+  for (const auto& o : outs) sig.add(o);
+  (sig.add(args), ...);
   rec.count(Mode::kAsync);
-  launch(device, rec.name.c_str(), [kernel, out_descs = std::move(out_descs), captured = std::make_tuple(capture(args)...)] {
+  launch_op(device, rec, std::move(sig), [kernel, out_descs = std::move(out_descs), captured = std::make_tuple(capture(args)...)] {
     std::array<at::Tensor, N> o;
     for (size_t i = 0; i < N; ++i) o[i] = out_descs[i].view();
     std::apply([&](auto&... out) {
@@ -226,9 +228,12 @@ at::Tensor& structured_inplace(OpRecord& rec, Kernel kernel, at::Tensor& self, c
   op.inplace_ = true;
   const auto device = check_args(rec.name.c_str(), self, args...);
   op.meta(self, meta_arg(args)...);
+  Signature sig(rec);
+  sig.add(self);
+  (sig.add(args), ...);
   rec.count(Mode::kAsync);
   // One CPU view serves as both output and input, so the kernel sees a true in-place call.
-  launch(device, rec.name.c_str(), [kernel, d = TensorDesc::of(self), captured = std::make_tuple(capture(args)...)] {
+  launch_op(device, rec, std::move(sig), [kernel, d = TensorDesc::of(self), captured = std::make_tuple(capture(args)...)] {
     at::Tensor v = d.view();
     std::apply([&](const auto&... a) { kernel(v, v, pass(a)...); }, captured);
   });
@@ -239,22 +244,6 @@ template <class Meta, size_t N = 1, class Kernel, class Outs, class... Args>
 void structured_out(OpRecord& rec, Kernel kernel, const Outs& outs, const Args&... args) {
   auto op = std::apply([](const auto&... o) { return OutOp<Meta, N>(o...); }, outs);
   const auto device = std::apply([&](const auto&... o) { return check_args(rec.name.c_str(), o..., args...); }, outs);
-  if constexpr (!kIsIterator<Meta> && !OutDtypeIsComputeDtype<Meta>::value) {
-    // The dtypes the functional form gives must cast to the out= tensors' (PyTorch's rule): CPU
-    // kernels check it inside, where it would surface only at a sync. TensorIterator metas check
-    // it themselves. A functional meta may write its outputs (baddbmm's queues a copy), so they are
-    // real, if short-lived; out= calls are rare.
-    FunctionalOp<Meta, N> probe;
-    probe.device = device;
-    probe.meta(meta_arg(args)...);
-    const std::array<c10::ScalarType, N> out_dtypes =
-        std::apply([](const auto&... o) { return std::array<c10::ScalarType, N>{o.scalar_type()...}; }, outs);
-    for (size_t i = 0; i < N; ++i) {
-      const auto dtype = probe.outputs_[i].scalar_type();
-      TORCH_CHECK(c10::canCast(dtype, out_dtypes[i]), "result type ", dtype, " can't be cast to the desired output type ",
-                  out_dtypes[i]);
-    }
-  }
   op.meta(meta_arg(args)...);
   std::array<at::Tensor, N> arr = std::apply([](const auto&... o) { return std::array<at::Tensor, N>{o...}; }, outs);
   queue_kernel<N>(device, rec, kernel, arr, args...);

@@ -93,6 +93,7 @@ void run_sync(c10::DeviceIndex device, const char* name, const std::function<voi
     q.run_sync(name, [&] {
       c10::WarningUtils::WarningHandlerGuard guard(&collected);
       KernelAllocScope alloc(device, stream.id());
+      ViewScope views;
       fn();
     });
   } catch (...) {

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "core/device.h"
+#include "exec/tensor_desc.h"
 
 namespace torch_neuronx {
 
@@ -29,7 +30,12 @@ template <class F>
 void launch(c10::DeviceIndex device, const char* name, F&& fn) {
   if (C10_UNLIKELY(worker_warnings_pending.load(std::memory_order_relaxed))) raise_worker_warnings();
   auto& q = current_queue(device);
-  checked([&] { q.submit(name, std::forward<F>(fn)); });
+  checked([&] {
+    q.submit(name, [f = std::forward<F>(fn)]() mutable {
+      ViewScope views;
+      f();
+    });
+  });
 }
 
 // Runs `fn` as a task on the current stream of `device` and waits for it. CPU memory the kernel

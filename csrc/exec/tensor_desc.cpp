@@ -29,6 +29,13 @@ c10::Storage cpu_storage_alias(const c10::Storage& s, c10::Allocator* allocator,
 }
 
 namespace {
+thread_local ViewScope* innermost = nullptr;
+
+c10::Storage bare_storage(void* base, size_t nbytes) {
+  return c10::Storage(c10::Storage::use_byte_size_t(), nbytes, c10::DataPtr(base, c10::Device(c10::kCPU)), nullptr,
+                      /*resizable=*/false);
+}
+
 at::Tensor with_bits(at::Tensor v, bool conj, bool neg) {
   if (conj) v.unsafeGetTensorImpl()->_set_conj(true);
   if (neg) v.unsafeGetTensorImpl()->_set_neg(true);
@@ -71,10 +78,24 @@ at::Tensor TensorDesc::view() const {
     t.unsafeGetTensorImpl()->set_wrapped_number(wrapped_number);
     return t;
   }
-  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, c10::DataPtr(base, c10::Device(c10::kCPU)), nullptr,
-                       /*resizable=*/false);
+  ViewScope* scope = ViewScope::current();
+  c10::Storage storage = scope ? scope->storage_for(base, nbytes) : bare_storage(base, nbytes);
   return with_bits(make_cpu_tensor(std::move(storage), c10::scalarTypeToTypeMeta(dtype), sizes, strides, offset),
                    conj, neg);
+}
+
+ViewScope::ViewScope() : outer_(innermost) { innermost = this; }
+ViewScope::~ViewScope() { innermost = outer_; }
+ViewScope* ViewScope::current() { return innermost; }
+
+c10::Storage ViewScope::storage_for(void* base, size_t nbytes) {
+  // Empty storages share no memory, whatever their (null) address says.
+  if (base == nullptr || nbytes == 0) return bare_storage(base, nbytes);
+  for (const auto& [b, s] : storages_) {
+    if (b == base && s.nbytes() == nbytes) return s;
+  }
+  storages_.emplace_back(base, bare_storage(base, nbytes));
+  return storages_.back().second;
 }
 
 bool TensorDesc::describes(const at::Tensor& v) const {

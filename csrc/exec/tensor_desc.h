@@ -31,6 +31,24 @@ at::Tensor cpu_view(const at::Tensor& t);
 
 // What a task holds of a tensor. A 0-dim CPU tensor (a scalar operand) is held by value, read
 // when the task is made, as CUDA reads it.
+// While a task runs, the views it makes of one device storage share one CPU storage, as the
+// device tensors share theirs: the CPU kernel then sees that an out= tensor overlaps an input and
+// raises as it does on the CPU, instead of computing over memory it is overwriting.
+class ViewScope {
+ public:
+  ViewScope();
+  ~ViewScope();
+  ViewScope(const ViewScope&) = delete;
+  ViewScope& operator=(const ViewScope&) = delete;
+  // The calling thread's innermost scope, or nullptr.
+  static ViewScope* current();
+  c10::Storage storage_for(void* base, size_t nbytes);
+
+ private:
+  ViewScope* outer_;
+  c10::SmallVector<std::pair<void*, c10::Storage>, 8> storages_;
+};
+
 struct TensorDesc {
   void* base = nullptr;  // the whole storage: kernels may restride an output within it
   size_t nbytes = 0;

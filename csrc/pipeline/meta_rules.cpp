@@ -1,6 +1,7 @@
 #include "pipeline/meta_rules.h"
 
 #include <ATen/Dispatch_v2.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
@@ -62,23 +63,15 @@ void batch_norm_stats_eval(const c10::IValue* args, const Results& results) { ba
 
 void batch_norm_stats_train(const c10::IValue* args, const Results& results) { batch_norm(args, results, true, true, -1); }
 
+void margin_loss_0d(const c10::IValue* args, const Results& results) {
+  if (tensor_at(args, 0).dim() > 1 || results.empty()) return;
+  results[0]->sizes.clear();
+  results[0]->strides.clear();
+}
+
 void check_uniform(const c10::IValue* args) {
   const double from = args[1].toDouble(), to = args[2].toDouble();
   TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=", from, " > to=", to);
-}
-
-void check_complex(const c10::IValue* args) {
-  const at::Tensor real = tensor_at(args, 0), imag = tensor_at(args, 1);
-  const auto part = [](c10::ScalarType t) { return t == at::kFloat || t == at::kDouble || t == at::kHalf; };
-  TORCH_CHECK(part(real.scalar_type()) && part(imag.scalar_type()),
-              "Expected both inputs to be Half, Float or Double tensors but got ", real.scalar_type(), " and ",
-              imag.scalar_type());
-  TORCH_CHECK(real.scalar_type() == imag.scalar_type(), "Expected object of scalar type ", real.scalar_type(),
-              " but got scalar type ", imag.scalar_type(), " for second argument");
-  const at::Tensor out = tensor_at(args, 2);
-  TORCH_CHECK(!out.defined() || out.scalar_type() == c10::toComplexType(real.scalar_type()),
-              "Expected object of scalar type ", c10::toComplexType(real.scalar_type()), " but got scalar type ",
-              out.scalar_type(), " for argument 'out'");
 }
 
 void check_masked_fill(const c10::IValue* args) {
@@ -86,7 +79,7 @@ void check_masked_fill(const c10::IValue* args) {
   const c10::Scalar value = args[2].toScalar();
   // Scalar::to<T> raises "value cannot be converted to type T without overflow", as the kernel does.
   AT_DISPATCH_V2(self.scalar_type(), "masked_fill", AT_WRAP([&] { (void)value.to<scalar_t>(); }),
-                 AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), at::kHalf, at::kBFloat16, at::kBool);
+                 AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), at::kComplexHalf, at::kHalf, at::kBFloat16, at::kBool);
 }
 
 void check_masked_scatter(const c10::IValue* args) {
@@ -98,20 +91,6 @@ void check_masked_scatter(const c10::IValue* args) {
               source.scalar_type());
   // The mask expands to self's shape (self never grows): a meta tensor says whether it can.
   (void)at::empty(mask.sizes(), mask.options().device(c10::kMeta)).expand(self.sizes());
-}
-
-void check_aminmax_out(const c10::IValue* args) {
-  const at::Tensor self = tensor_at(args, 0);
-  for (int i : {3, 4}) {
-    const at::Tensor out = tensor_at(args, i);
-    TORCH_CHECK(out.dtype() == self.dtype(), "Expected out tensor to have dtype ", self.dtype(), ", but got ",
-                out.dtype(), " instead");
-  }
-}
-
-void check_bucketize(const c10::IValue* args) {
-  const at::Tensor boundaries = tensor_at(args, 1);
-  TORCH_CHECK(boundaries.dim() == 1, "boundaries tensor must be 1 dimension, but got dim(", boundaries.dim(), ")");
 }
 
 void check_multinomial(const c10::IValue* args) {
@@ -129,12 +108,6 @@ void check_multinomial(const c10::IValue* args) {
               out.scalar_type());
 }
 
-void check_float_inplace(const c10::IValue* args) {
-  const at::Tensor self = tensor_at(args, 0);
-  TORCH_CHECK(at::isFloatingType(self.scalar_type()) || at::isComplexType(self.scalar_type()),
-              "result type Float can't be cast to the desired output type ", self.scalar_type());
-}
-
 void check_convolution(const c10::IValue* args) {
   // (input, weight, bias?, stride, padding, dilation, transposed, output_padding, groups)
   for (int64_t s : args[3].toIntList()) TORCH_CHECK(s > 0, "non-positive stride is not supported");
@@ -145,6 +118,13 @@ void check_convolution(const c10::IValue* args) {
   }
   for (int64_t p : args[7].toIntList()) TORCH_CHECK(p >= 0, "negative output_padding is not supported");
   TORCH_CHECK(args[8].toInt() > 0, "non-positive groups is not supported");
+}
+
+void check_no_internal_overlap_out(const c10::IValue* args) {
+  const at::Tensor out = tensor_at(args, 3);
+  TORCH_CHECK(at::has_internal_overlap(out) != at::MemOverlap::Yes,
+              "unsupported operation: more than one element of the written-to tensor refers to a single memory "
+              "location. Please clone() the tensor before performing the operation.");
 }
 
 }  // namespace torch_neuronx::meta_rules

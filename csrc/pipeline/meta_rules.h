@@ -19,16 +19,17 @@ void batch_norm_stats(const c10::IValue* args, const Results& results);         
 void batch_norm_stats_no_stats(const c10::IValue* args, const Results& results);  // _native_batch_norm_legit.no_stats
 void batch_norm_stats_eval(const c10::IValue* args, const Results& results);      // ..._no_training, _batch_norm_no_update
 void batch_norm_stats_train(const c10::IValue* args, const Results& results);     // _batch_norm_with_update
+// multi_margin_loss, multilabel_margin_loss_forward: the loss of a 0-dim or 1-dim input is 0-dim.
+void margin_loss_0d(const c10::IValue* args, const Results& results);
 
 // Argument checks of CPU kernels that meta kernels lack (ArgCheck): the CPU's messages.
+// (Checks that depend only on dtypes, ranks and mode arguments need none: the first call of each
+// signature raises the CPU kernel's own error at the call, pipeline/first_call.h.)
 void check_uniform(const c10::IValue* args);          // uniform_(self, from, to)
-void check_complex(const c10::IValue* args);          // complex(real, imag), complex.out
 void check_masked_fill(const c10::IValue* args);      // masked_fill_.Scalar(self, mask, value)
 void check_masked_scatter(const c10::IValue* args);   // masked_scatter_(self, mask, source)
-void check_aminmax_out(const c10::IValue* args);      // aminmax.out(self, dim, keepdim, min, max)
-void check_bucketize(const c10::IValue* args);        // bucketize(self, boundaries, ...)
 void check_multinomial(const c10::IValue* args);      // multinomial(self, num_samples, replacement, generator, out?)
-void check_float_inplace(const c10::IValue* args);    // logit_(self, ...): a float result into self
 void check_convolution(const c10::IValue* args);      // convolution(input, weight, bias, stride, padding, dilation, ...)
+void check_no_internal_overlap_out(const c10::IValue* args);  // index_select.out(self, dim, index, out)
 
 }  // namespace torch_neuronx::meta_rules

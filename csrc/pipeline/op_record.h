@@ -53,6 +53,8 @@ struct OpRecord {
   std::optional<c10::OperatorHandle> functional_op;
 
   std::array<std::atomic<int64_t>, 3> calls{};
+  // Async calls that waited for their kernel: the first of each signature (pipeline/first_call.h).
+  std::atomic<int64_t> first_waits{0};
   void count(Mode m) { calls[static_cast<int>(m)].fetch_add(1, std::memory_order_relaxed); }
   // A call that ran otherwise than the plan says, with why ("a host tensor argument").
   void count(Mode m, const std::string& why);

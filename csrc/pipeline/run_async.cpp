@@ -13,6 +13,7 @@
 #include "exec/executor.h"
 #include "exec/ivalue_walk.h"
 #include "exec/tensor_desc.h"
+#include "pipeline/first_call.h"
 #include "pipeline/runners.h"
 #include "pipeline/shape_cache.h"
 
@@ -271,9 +272,11 @@ void size_written_args(const c10::FunctionSchema& schema, c10::IValue* args, con
       for (size_t j = 0; j < schema.arguments().size(); ++j) {
         if (is_written(schema, j)) continue;
         for_each_tensor(args[j], [&](const at::Tensor& in) {
-          TORCH_CHECK(!in.defined() || !in.is_alias_of(t), "neuron: ", schema.name(), ": the out= tensor is also an input (",
-                      schema.arguments()[j].name(), ") and would have to be resized from ", t.sizes(), " to ",
-                      c10::IntArrayRef(m.sizes), "; pass a separate out= tensor");
+          TORCH_CHECK(!in.defined() || !in.is_alias_of(t),
+                      "unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
+                      "single memory location (", schema.name(), "'s out= tensor is also its input '",
+                      schema.arguments()[j].name(), "' and would have to be resized from ", t.sizes(), " to ",
+                      c10::IntArrayRef(m.sizes), "). Please clone() the tensor before performing the operation.");
         });
       }
       if (quiet) {
@@ -306,10 +309,12 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
   // One walk: the device check, the shape key, the elements a random op draws for.
   DeviceCheck check(rec.name.c_str());
   ShapeKey key;
+  Signature sig(rec);
   bool host_tensor = false;
   int64_t numel = 0;
   c10::DeviceIndex device_arg = -1;
   bool written = false;
+  c10::SmallVector<std::pair<const void*, bool>, 8> storages;
   const auto visit = [&](const at::Tensor& t) {
     if (!written && t.defined() && !is_neuron(t) && !(t.device().is_cpu() && t.dim() == 0)) {
       host_tensor = true;
@@ -317,11 +322,15 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
     }
     check.add(t, written);
     key.add_tensor(t);
-    if (is_neuron(t)) numel += t.numel();
+    if (is_neuron(t)) {
+      numel += t.numel();
+      storages.emplace_back(t.storage().unsafeGetStorageImpl(), written);
+    }
   };
   for (size_t i = 0; i < nargs; ++i) {
     const c10::IValue& a = args[i];
     written = is_written(schema, i);
+    sig.add_ivalue(a, schema.arguments()[i].real_type());
     if (a.isOptionalTensorList()) {
       const auto list = a.toOptionalTensorList();
       key.add_value(static_cast<int64_t>(list.size()));
@@ -347,6 +356,7 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
       key.add_value(a);
     }
   }
+  sig.add_sharing(storages);
   if (host_tensor) {
     *why = "a host tensor argument (only 0-dim CPU tensors mix with neuron tensors)";
     return false;
@@ -403,8 +413,8 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
     }
     results.push_back(next_return(outputs, &k, answer->output_counts[fresh++]));
   }
-  launch(device, rec.name.c_str(), [op, &rec, c = std::move(c)] { run_task(op, rec, c); });
   rec.count(Mode::kAsync);
+  launch_op(device, rec, std::move(sig), [op, &rec, c = std::move(c)] { run_task(op, rec, c); });
   stack->erase(stack->end() - nargs, stack->end());
   for (auto& r : results) stack->push_back(std::move(r));
   return true;

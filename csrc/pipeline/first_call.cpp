@@ -1,0 +1,144 @@
+#include "pipeline/first_call.h"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <unordered_set>
+
+namespace torch_neuronx {
+namespace {
+
+// Bounded (cleared when full): a cleared entry costs one more wait, nothing else.
+constexpr size_t kMaxEntries = 1 << 16;
+
+struct SignatureHash {
+  size_t operator()(const Signature& s) const { return s.hash(); }
+};
+
+std::mutex mu;
+std::unordered_set<Signature, SignatureHash>& known() {
+  static auto* s = new std::unordered_set<Signature, SignatureHash>();
+  return *s;
+}
+
+c10::TypePtr unwrap_optional(const c10::TypePtr& t) {
+  if (auto opt = t->cast<c10::OptionalType>()) return opt->getElementType();
+  return t;
+}
+
+}  // namespace
+
+void Signature::add_tensor(const at::Tensor& t) {
+  if (!t.defined()) {
+    word(-1);
+    return;
+  }
+  word(static_cast<int64_t>(t.scalar_type()));
+  word(static_cast<int64_t>(t.device().type()) * 64 + t.dim());
+  if (t.unsafeGetTensorImpl()->is_wrapped_number()) word(-3);
+}
+
+void Signature::add_text(std::string_view s) {
+  word(400 + static_cast<int64_t>(s.size()));
+  for (size_t i = 0; i < s.size(); i += 8) {
+    int64_t w = 0;
+    std::memcpy(&w, s.data() + i, std::min<size_t>(8, s.size() - i));
+    word(w);
+  }
+}
+
+void Signature::add_ivalue(const c10::IValue& v, const c10::TypePtr& real_type) {
+  if (v.isTensor()) {
+    add_tensor(v.toTensor());
+  } else if (v.isTensorList()) {
+    word(500);
+    for (const at::Tensor& t : v.toTensorList()) add_tensor(t);
+  } else if (v.isOptionalTensorList()) {
+    word(501);
+    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
+      if (t.has_value()) {
+        add_tensor(*t);
+      } else {
+        word(-2);
+      }
+    }
+  } else if (v.isNone()) {
+    word(-2);
+  } else if (v.isBool()) {
+    add(v.toBool());
+  } else if (v.isInt()) {
+    // A dtype, layout or memory format is an int here; its value chooses the kernel's path.
+    const bool choice = unwrap_optional(real_type)->kind() != c10::TypeKind::IntType;
+    word(choice ? 600 + v.toInt() : 300);
+  } else if (v.isDouble()) {
+    word(301);
+  } else if (v.isScalar()) {
+    add(v.toScalar());
+  } else if (v.isString()) {
+    add_text(v.toStringRef());
+  } else if (v.isDevice()) {
+    word(700 + static_cast<int64_t>(v.toDevice().type()));
+  } else if (v.isBoolList()) {
+    word(502);
+    for (bool b : v.toBoolList()) add(b);
+  } else if (v.isIntList()) {
+    word(801);  // sizes
+  } else if (v.isDoubleList()) {
+    word(802);
+  } else if (v.isGenerator()) {
+    word(803);
+  } else {
+    word(809);  // other lists (int?[]): their kind
+  }
+}
+
+void Signature::add_sharing(c10::ArrayRef<std::pair<const void*, bool>> storages) {
+  const size_t n = storages.size();
+  if (n < 2) return;
+  if (n <= 16) {
+    for (size_t i = 1; i < n; ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        if (storages[i].first == storages[j].first && (storages[i].second || storages[j].second)) {
+          word(1000 + static_cast<int64_t>(i * n + j));
+        }
+      }
+    }
+    return;
+  }
+  // Long lists (foreach ops): grouped by storage, not compared pairwise.
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return storages[a].first < storages[b].first; });
+  for (size_t g = 0; g < n;) {
+    size_t e = g + 1;
+    bool written = storages[order[g]].second;
+    while (e < n && storages[order[e]].first == storages[order[g]].first) written |= storages[order[e++]].second;
+    if (e - g > 1 && written) {
+      word(-4);
+      for (size_t k = g; k < e; ++k) word(static_cast<int64_t>(order[k]));
+    }
+    g = e;
+  }
+}
+
+size_t Signature::hash() const {
+  size_t h = 1469598103934665603ULL;
+  for (int64_t w : words_) h = (h ^ static_cast<size_t>(w)) * 1099511628211ULL;
+  return h;
+}
+
+Signature::Signature(const OpRecord& rec) { word(static_cast<int64_t>(reinterpret_cast<uintptr_t>(&rec))); }
+
+bool known_signature(const Signature& sig) {
+  std::lock_guard<std::mutex> lock(mu);
+  return known().count(sig) != 0;
+}
+
+void ran_cleanly(Signature sig) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (known().size() >= kMaxEntries) known().clear();
+  known().insert(std::move(sig));
+}
+
+}  // namespace torch_neuronx

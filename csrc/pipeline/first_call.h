@@ -1,0 +1,88 @@
+// The first call of each op signature waits for its kernel. A CPU kernel checks more than its
+// meta kernel does (the dtypes it implements, a mode string, an out= cast), and a check that fails
+// inside a queued task would surface only at a later sync, blamed on whatever runs there; on CUDA
+// those checks run on the host and raise at the call. So a call whose signature has not yet run
+// cleanly waits for its task and raises its error there; later calls of that signature are queued.
+//
+// The signature holds what such checks depend on: the op, each tensor's dtype, rank and device
+// type, which tensors share memory with a written one, each other argument's kind, and the exact
+// value of arguments that choose a behaviour (strings, bools, dtypes, layouts, memory formats). Sizes and numbers are left out: a model's
+// shapes and scalars change from step to step (a growing KV cache, a learning-rate schedule), and
+// errors that depend on them are the meta kernel's to raise at the call, or depend on values (an
+// index out of range) and surface at a sync, as CUDA's device-side asserts do.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <c10/util/SmallVector.h>
+
+#include <optional>
+#include <string_view>
+#include <type_traits>
+
+#include "exec/executor.h"
+#include "pipeline/op_record.h"
+
+namespace torch_neuronx {
+
+class Signature {
+ public:
+  explicit Signature(const OpRecord& rec);
+  void add_tensor(const at::Tensor& t);
+  // A boxed argument; `real_type` is the schema's (a ScalarType argument is an int IValue).
+  void add_ivalue(const c10::IValue& v, const c10::TypePtr& real_type);
+
+  // Typed kernels' arguments.
+  void add(const at::Tensor& t) { add_tensor(t); }
+  void add(const at::Scalar& s) { word(static_cast<int64_t>(s.type()) + 100); }
+  void add(c10::string_view s) { add_text(std::string_view(s.data(), s.size())); }
+  template <class T>
+  void add(const std::optional<T>& v) {
+    if (!v.has_value()) {
+      word(-2);
+    } else {
+      add(*v);
+    }
+  }
+  template <class T>
+  void add(const T& v) {
+    if constexpr (std::is_same_v<T, bool> || std::is_enum_v<T>) {
+      word(static_cast<int64_t>(v) + 200);
+    } else if constexpr (std::is_arithmetic_v<T>) {
+      word(std::is_integral_v<T> ? 300 : 301);
+    } else {
+      word(302);  // sizes and other values: their kind only
+    }
+  }
+
+  // Which of the call's tensors share a storage with a written one (the CPU kernel's overlap
+  // checks depend on it): `storages` holds each device tensor's storage and whether it is written.
+  void add_sharing(c10::ArrayRef<std::pair<const void*, bool>> storages);
+
+  size_t hash() const;
+  bool operator==(const Signature& o) const { return words_ == o.words_; }
+
+ private:
+  void word(int64_t w) { words_.push_back(w); }
+  void add_text(std::string_view s);
+  c10::SmallVector<int64_t, 16> words_;
+};
+
+// Whether `sig` has run cleanly; `ran_cleanly` remembers that it has.
+bool known_signature(const Signature& sig);
+void ran_cleanly(Signature sig);
+
+// Queues `fn` on `device`'s current stream, or, for the first call of its signature, runs it
+// there and waits, so its error raises here (counted on the record as a first-call wait).
+template <class F>
+void launch_op(c10::DeviceIndex device, OpRecord& rec, Signature sig, F&& fn) {
+  if (known_signature(sig)) {
+    launch(device, rec.name.c_str(), std::forward<F>(fn));
+    return;
+  }
+  rec.first_waits.fetch_add(1, std::memory_order_relaxed);
+  run_sync(device, rec.name.c_str(), [&fn] { fn(); });
+  ran_cleanly(std::move(sig));
+}
+
+}  // namespace torch_neuronx
