@@ -186,3 +186,46 @@ def test_out_resize_warns_once_on_every_call_as_on_cpu():
                 op(x.to(dev), out=out)
             assert [str(m.message).startswith("An output with one or more elements was resized") for m in w] == [True]
             assert out.shape == (4,)
+
+
+@pytest.mark.parametrize("layout", ["to_sparse", "to_sparse_csr", "to_sparse_csc"])
+def test_sparse_tensors_live_on_neuron_and_compute_like_cpu(layout):
+    """A sparse neuron tensor keeps its indices and values on the device; sparse kernels run on
+    the host, counted as CPU fallbacks with their reason."""
+    g = torch.Generator().manual_seed(0)
+    d = torch.randn(5, 4, generator=g)
+    d[d < 0.3] = 0
+    m, b = torch.randn(4, 3, generator=g), torch.randn(5, 3, generator=g)
+    torch_neuronx.reset_op_counts()
+    s = getattr(d.to(N), layout)()
+    want = getattr(d, layout)()
+    assert s.device.type == N and s.layout == want.layout and s._nnz() == want._nnz()
+    parts = (s._indices(), s._values()) if s.layout == torch.sparse_coo else (s.values(),)
+    assert all(p.device.type == N for p in parts)
+    torch.testing.assert_close(s.to_dense().cpu(), d)
+    torch.testing.assert_close(s.cpu().to_dense(), d)
+    torch.testing.assert_close((s @ m.to(N)).cpu(), want @ m)
+    torch.testing.assert_close(torch.addmm(b.to(N), s, m.to(N)).cpu(), torch.addmm(b, want, m))
+    torch.testing.assert_close(want.to(N).to_dense().cpu(), d)  # a CPU sparse tensor moved over
+    copies = {op: c for op, c in torch_neuronx.op_counts(reasons=True).items() if c["copy"]}
+    assert copies and all("sparse" in why for c in copies.values() for why in c["reasons"]["copy"]), copies
+
+
+def test_sparse_coo_arithmetic_inplace_and_gradients_match_cpu():
+    i = torch.tensor([[0, 1, 1, 3], [2, 0, 2, 1]])
+    v = torch.tensor([1.0, -2.0, 3.0, 0.5])
+    cpu = torch.sparse_coo_tensor(i, v, (4, 3))
+    s = torch.sparse_coo_tensor(i.to(N), v.to(N), (4, 3))
+    torch.testing.assert_close((s + s).coalesce().cpu().to_dense(), (cpu + cpu).coalesce().to_dense())
+    s.mul_(3)  # written in place on the device
+    torch.testing.assert_close(s.cpu().to_dense(), (cpu * 3).to_dense())
+    m = torch.randn(3, 2)
+    vn = v.to(N).requires_grad_()
+    torch.sparse.mm(torch.sparse_coo_tensor(i.to(N), vn, (4, 3)), m.to(N)).sum().backward()
+    vc = v.clone().requires_grad_()
+    torch.sparse.mm(torch.sparse_coo_tensor(i, vc, (4, 3)), m).sum().backward()
+    assert vn.grad.device.type == N
+    torch.testing.assert_close(vn.grad.cpu(), vc.grad)
+    r = run_python("import torch, torch_neuronx\ns = torch.eye(3).to_sparse().to('neuron')\ns + s\n",
+                   {"TORCH_NEURONX_FALLBACK": "error"})
+    assert r.returncode != 0 and "aten::add.Tensor would fall back to the CPU (a sparse tensor" in r.stderr, r.stderr
