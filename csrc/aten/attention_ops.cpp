@@ -65,8 +65,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, c10::SymInt, c10::SymInt, Tensor, Ten
       at::_scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, attn_bias, scale);
   const Tensor seed = at::empty({}, query.options().dtype(at::kLong));
   const Tensor offset = at::empty({}, query.options().dtype(at::kLong));
-  return {in_query_layout(query, out), logsumexp.contiguous(), Tensor(), Tensor(), c10::SymInt(query.size(-2)), c10::SymInt(key.size(-2)), seed, offset,
-          Tensor()};
+  return {in_query_layout(query, out), logsumexp.contiguous(), Tensor(), Tensor(), c10::SymInt(query.size(-2)),
+          c10::SymInt(key.size(-2)), seed, offset, Tensor()};
 }
 
 std::tuple<Tensor, Tensor, Tensor, Tensor> fused_attention_backward(

@@ -1,8 +1,9 @@
 // Sparse tensors on neuron (COO and the compressed layouts: CSR, CSC, BSR, BSC). A sparse neuron
-// tensor is what a sparse CUDA tensor is: its indices and values, dense device tensors, and sizes; PyTorch's own layout-generic kernels build it,
-// read it and copy it. Sparse arithmetic (add, mm, coalesce, to_dense, ...) has no device kernel:
-// it runs on the host, its tensors copied there and back, counted per op as a CPU fallback
-// (TORCH_NEURONX_FALLBACK applies), as Trainium has no sparse kernels either.
+// tensor is what a sparse CUDA tensor is: its indices and values, dense device tensors, and its
+// sizes; PyTorch's own layout-generic kernels build it, read it and copy it. Sparse arithmetic
+// (add, mm, coalesce, to_dense, ...) has no device kernel: it runs on the host, its tensors copied
+// there and back, counted per op as a CPU fallback (TORCH_NEURONX_FALLBACK applies).
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <ATen/ops/_coalesced_native.h>
@@ -10,9 +11,9 @@
 #include <ATen/ops/_nnz_native.h>
 #include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors_native.h>
 #include <ATen/ops/_values_native.h>
-#include <ATen/ops/copy_native.h>
 #include <ATen/ops/ccol_indices_native.h>
 #include <ATen/ops/col_indices_native.h>
+#include <ATen/ops/copy_native.h>
 #include <ATen/ops/copy_sparse_to_sparse_native.h>
 #include <ATen/ops/crow_indices_native.h>
 #include <ATen/ops/dense_dim_native.h>
@@ -24,7 +25,6 @@
 #include <ATen/ops/sparse_resize_and_clear_native.h>
 #include <ATen/ops/sparse_resize_native.h>
 #include <ATen/ops/values_native.h>
-#include <ATen/core/LegacyTypeDispatch.h>
 #include <torch/library.h>
 
 #include <vector>
@@ -64,7 +64,8 @@ void sparse_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     op.callBoxed(stack);
   }
   for (auto& [host, original] : written) {
-    if (host.sizes() != original.sizes() && !original.is_sparse()) original.resize_(host.sizes());
+    // A strided out= tensor takes the result's sizes; sparse ones take them in copy_.
+    if (original.layout() == at::kStrided && host.sizes() != original.sizes()) original.resize_(host.sizes());
     original.copy_(host);
   }
   const size_t nrets = schema.returns().size();
