@@ -207,6 +207,18 @@ def test_sparse_tensors_live_on_neuron_and_compute_like_cpu(layout):
     torch.testing.assert_close((s @ m.to(N)).cpu(), want @ m)
     torch.testing.assert_close(torch.addmm(b.to(N), s, m.to(N)).cpu(), torch.addmm(b, want, m))
     torch.testing.assert_close(want.to(N).to_dense().cpu(), d)  # a CPU sparse tensor moved over
+
+    def outcome(f):
+        try:
+            return f()
+        except RuntimeError as e:
+            return str(e)
+
+    on_cpu, on_neuron = outcome(lambda: (want * want).to_dense()), outcome(lambda: (s * s).to_dense().cpu())
+    if isinstance(on_cpu, str):  # the CPU's own error, not a layout refusal of a kernel for every device
+        assert on_neuron == on_cpu
+    else:
+        torch.testing.assert_close(on_neuron, on_cpu)
     copies = {op: c for op, c in torch_neuronx.op_counts(reasons=True).items() if c["copy"]}
     assert copies and all("sparse" in why for c in copies.values() for why in c["reasons"]["copy"]), copies
     torch_neuronx.reset_op_counts()  # later tests count copies from here
@@ -228,6 +240,8 @@ def test_sparse_coo_arithmetic_inplace_and_gradients_match_cpu():
     assert vn.grad.device.type == N
     torch.testing.assert_close(vn.grad.cpu(), vc.grad)
     torch_neuronx.reset_op_counts()  # later tests count copies from here
+    e = torch.sparse_coo_tensor(size=(2, 3), device=N)  # a factory makes an empty one on the device
+    assert e.device.type == N and e._nnz() == 0 and e._indices().device.type == N
     r = run_python("import torch, torch_neuronx\ns = torch.eye(3).to_sparse().to('neuron')\ns + s\n",
                    {"TORCH_NEURONX_FALLBACK": "error"})
     assert r.returncode != 0 and "aten::add.Tensor would fall back to the CPU (a sparse tensor" in r.stderr, r.stderr

@@ -10,6 +10,7 @@
 #include <ATen/ops/_indices_native.h>
 #include <ATen/ops/_nnz_native.h>
 #include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors_native.h>
+#include <ATen/ops/_sparse_coo_tensor_with_dims_native.h>
 #include <ATen/ops/_values_native.h>
 #include <ATen/ops/ccol_indices_native.h>
 #include <ATen/ops/col_indices_native.h>
@@ -29,6 +30,7 @@
 
 #include <vector>
 
+#include "aten/sparse_ops.h"
 #include "core/storage.h"
 #include "exec/ivalue_walk.h"
 #include "pipeline/op_policy.h"
@@ -41,18 +43,26 @@ namespace {
 // for their layouts runs, written arguments get the results back, returns go to the device.
 void sparse_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpRecord& rec = record_for(op);
-  note_copy(rec, "a sparse tensor: sparse kernels run on the host");
   const auto& schema = op.schema();
   const size_t nargs = schema.arguments().size();
   c10::IValue* args = stack->data() + (stack->size() - nargs);
   std::optional<c10::Device> device;
+  for (size_t i = 0; i < nargs && !device; ++i) {
+    for_each_tensor(args[i], [&](const at::Tensor& t) {
+      if (!device && is_neuron(t)) device = t.device();
+    });
+  }
+  // A factory has nothing to compute on the host: run there, it would land on this key again.
+  TORCH_CHECK_NOT_IMPLEMENTED(device.has_value(), "neuron: ", rec.name,
+                              " cannot make a sparse neuron tensor from no neuron tensor; make it on the CPU and "
+                              "move it with .to('neuron')");
+  note_copy(rec, "a sparse tensor: sparse kernels run on the host");
   std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (host copy, device original)
   for (size_t i = 0; i < nargs; ++i) {
     const auto* alias = schema.arguments()[i].alias_info();
     const bool writes = alias && alias->isWrite();
     args[i] = map_tensors(args[i], [&](const at::Tensor& t) {
       if (!is_neuron(t)) return t;
-      if (!device) device = t.device();
       at::Tensor host = t.cpu();
       if (writes) written.emplace_back(host, t);
       return host;
@@ -74,7 +84,7 @@ void sparse_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       for (const auto& [host, original] : written) {
         if (t.is_same(host)) return original;
       }
-      return device && t.defined() && t.device().is_cpu() ? t.to(*device) : t;
+      return t.defined() && t.device().is_cpu() ? t.to(*device) : t;
     });
   }
 }
@@ -87,13 +97,19 @@ TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_on_host>());
 }
 
-// Ops with a kernel for every backend (CompositeExplicitAutogradNonFunctional) would take sparse
-// calls before the fallback does, and allocate a strided result with a sparse layout.
-TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
-  for (const char* op : {"mm", "addmm"}) m.impl(op, torch::CppFunction::makeFromBoxedFunction<&sparse_on_host>());
+// Dense to sparse: the same host path, from a dense neuron tensor.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  for (const char* op : {"_to_sparse", "_to_sparse.sparse_dim", "_to_sparse_csr", "_to_sparse_csc", "_to_sparse_bsr",
+                         "_to_sparse_bsc"}) {
+    m.impl(op, torch::CppFunction::makeFromBoxedFunction<&sparse_on_host>());
+  }
 }
 
-TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
+// Kernels for every backend (CompositeExplicitAutograd[NonFunctional]: mm, mul, add, sum, ...)
+// serve the compressed sparse key and COO's mm/addmm before any fallback does, and refuse their
+// layouts. So those take the host path by name: COO's two here, and every compressed-layout op
+// with a CPU kernel once all static registrations are in (register_compressed_sparse_ops).
+TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   for (const char* op : {"mm", "addmm"}) m.impl(op, torch::CppFunction::makeFromBoxedFunction<&sparse_on_host>());
 }
 
@@ -101,6 +117,7 @@ TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
 // the indices and values through other ops.
 TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   m.impl("_sparse_coo_tensor_with_dims_and_tensors", TORCH_FN(at::native::new_with_dims_and_tensor_sparse_symint));
+  m.impl("_sparse_coo_tensor_with_dims", TORCH_FN(at::native::new_with_dims_sparse));
   m.impl("empty.memory_format", TORCH_FN(at::native::empty_sparse_symint));
   m.impl("_indices", TORCH_FN(at::native::_indices_sparse));
   m.impl("_values", TORCH_FN(at::native::_values_sparse));
@@ -131,4 +148,21 @@ TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
 }
 
 }  // namespace
+
+void register_compressed_sparse_ops() {
+  static torch::Library lib(torch::Library::IMPL, "aten", c10::DispatchKey::SparseCsrPrivateUse1, __FILE__, __LINE__);
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    const auto op = dispatcher.findOp(name);
+    // Ops neuron registers itself (the accessors above) keep their kernels.
+    if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::SparseCsrCPU) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::SparseCsrPrivateUse1)) {
+      continue;
+    }
+    const std::string short_name = name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
+    lib.impl(short_name.c_str(), torch::CppFunction::makeFromBoxedFunction<&sparse_on_host>());
+  }
+}
+
 }  // namespace torch_neuronx

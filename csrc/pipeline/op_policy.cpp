@@ -57,7 +57,6 @@ struct Override {
 
 constexpr int kRules = -1;
 constexpr int kSyncMode = static_cast<int>(Mode::kSync);
-constexpr int kCopyMode = static_cast<int>(Mode::kCopy);
 namespace mr = meta_rules;
 
 // Every exception to the rules, with its reason. Add a row here, never a branch elsewhere.
@@ -135,12 +134,6 @@ const Override kOverrides[] = {
     {"aten::multi_margin_loss", kRules, 0, "the CPU gives a 0-dim loss for a 0-dim or 1-dim input", mr::margin_loss_0d},
     {"aten::multilabel_margin_loss_forward", kRules, 0, "the CPU gives a 0-dim loss for a 0-dim or 1-dim input",
      mr::margin_loss_0d},
-    // Copy: dense to sparse runs on the host, as sparse kernels do (aten/sparse_ops.cpp).
-    {"aten::_to_sparse", kCopyMode, 0, "a sparse result: sparse kernels run on the host"},
-    {"aten::_to_sparse_csr", kCopyMode, 0, "a sparse result: sparse kernels run on the host"},
-    {"aten::_to_sparse_csc", kCopyMode, 0, "a sparse result: sparse kernels run on the host"},
-    {"aten::_to_sparse_bsr", kCopyMode, 0, "a sparse result: sparse kernels run on the host"},
-    {"aten::_to_sparse_bsc", kCopyMode, 0, "a sparse result: sparse kernels run on the host"},
     // Sync: the CPU kernel decides what meta cannot predict.
     {"aten::_embedding_bag_forward_only", kSyncMode, 0,
      "its CPU kernel sizes offset2bag, bag_size and max_indices differently from meta"},

@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "aten/sparse_ops.h"
 #include "compile/kernel_launch.h"
 #include "core/allocator.h"
 #include "core/device.h"
@@ -26,6 +27,7 @@ void init_distributed_bindings(py::module& m);  // csrc/distributed/bindings.cpp
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch-neuronx native extension (software NeuronCore runtime)";
   init_distributed_bindings(m);
+  register_compressed_sparse_ops();
 
   m.def("_device_count", [] { return device_count(); });
   m.def("_runtime_error", []() -> std::string {
