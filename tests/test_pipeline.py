@@ -57,6 +57,45 @@ def test_the_first_call_of_a_signature_raises_the_cpu_kernels_errors_at_the_call
     assert "waited: the first of their signature" in torch_neuronx.explain("aten::bitwise_and.Tensor")
 
 
+def test_an_empty_call_that_ran_cleanly_does_not_queue_a_full_one():
+    """CPU kernels return early for no elements, before their dtype checks: bool mm of an empty
+    matrix runs, of a full one raises. The full call must still raise at the call (issue 12)."""
+    def call(dev, rows):
+        return torch.mm(torch.ones(rows, 3, dtype=torch.bool, device=dev), torch.ones(3, 2, dtype=torch.bool, device=dev))
+
+    assert call(N, 0).cpu().shape == call("cpu", 0).shape == (0, 2)
+    with pytest.raises(RuntimeError) as on_cpu:
+        call("cpu", 2)
+    with pytest.raises(RuntimeError) as on_neuron:
+        call(N, 2)
+    assert str(on_neuron.value) == str(on_cpu.value)
+    torch.neuron.synchronize()  # nothing left to fail later
+    # An empty result does the same: pdist of one row computes nothing, of four rows refuses half.
+    assert F.pdist(torch.randn(1, 3, device=N).half()).cpu().shape == (0,)
+    with pytest.raises(RuntimeError) as on_cpu:
+        F.pdist(torch.randn(4, 3).half())
+    with pytest.raises(RuntimeError) as on_neuron:
+        F.pdist(torch.randn(4, 3, device=N).half())
+    assert str(on_neuron.value) == str(on_cpu.value)
+    torch.neuron.synchronize()
+
+
+def test_a_contiguous_call_that_ran_cleanly_does_not_queue_a_strided_one():
+    """native_group_norm's CPU kernel requires a contiguous input: after a contiguous call ran, a
+    transposed input of the same shape must still raise at the call (issue 12, item 1)."""
+    x = torch.randn(4, 6, 5)
+    strided = x.transpose(1, 2).contiguous().transpose(1, 2)
+    assert not strided.to(N).is_contiguous()
+    for dev in ("cpu", N):
+        torch.native_group_norm(x.to(dev), None, None, 4, 6, 5, 1, 1e-5)
+    with pytest.raises(RuntimeError) as on_cpu:
+        torch.native_group_norm(strided, None, None, 4, 6, 5, 1, 1e-5)
+    with pytest.raises(RuntimeError) as on_neuron:
+        torch.native_group_norm(strided.to(N), None, None, 4, 6, 5, 1, 1e-5)
+    assert str(on_neuron.value) == str(on_cpu.value)
+    torch.neuron.synchronize()
+
+
 def test_an_out_tensor_overlapping_an_input_raises_like_cpu():
     """The kernel's views of one device storage share a storage, so the CPU kernel's overlap checks
     see what they see on the CPU (the results would otherwise be computed over memory being written)."""

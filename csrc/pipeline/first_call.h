@@ -6,11 +6,13 @@
 //
 // The signature holds what such checks depend on: the op, each tensor's dtype, rank and device
 // type, which tensors share memory with a written one, each other argument's kind, and the exact
-// value of arguments that choose a behaviour (strings, bools, dtypes, layouts, memory formats).
-// Sizes and numbers are left out: a model's shapes and scalars change from step to step (a growing
-// KV cache, a learning-rate schedule), and errors that depend on them are the meta kernel's to
-// raise at the call, or depend on values (an index out of range) and surface at a sync, as CUDA's
-// device-side asserts do.
+// value of arguments that choose a behaviour (strings, bools, dtypes, layouts, memory formats),
+// whether each tensor is empty (many CPU kernels return early for no elements, before their
+// dtype checks) and whether it is contiguous in the default or channels-last format (kernels
+// that require it check it). Sizes, strides and numbers are left out otherwise: a model's shapes
+// and scalars change from step to step (a growing KV cache, a learning-rate schedule), and errors
+// that depend on them are the meta kernel's to raise at the call, or depend on values (an index
+// out of range) and surface at a sync, as CUDA's device-side asserts do.
 #pragma once
 
 #include <ATen/core/Tensor.h>
