@@ -189,6 +189,10 @@ def test_inplace_out_and_resize():
     ("gelu_backward approximate", lambda x: torch.ops.aten.gelu_backward(x, x, approximate="bad"), None),
     # Checks the CPU kernels make inside and meta kernels lack (op_policy.cpp's ArgCheck rows).
     ("uniform_ from > to", lambda x: x.clone().uniform_(3, -1), None),
+    # A valid range first, so the signature has run cleanly: the range is checked on every call.
+    ("randint out of bool's range", lambda x: (torch.randint(0, 2, (3,), dtype=torch.bool, device=x.device),
+                                               torch.randint(2, 10, (3,), dtype=torch.bool, device=x.device)), None),
+    ("random_ past uint8", lambda x: (x.to(torch.uint8).random_(5), x.to(torch.uint8).random_(300)), None),
     ("complex of two dtypes", lambda x: torch.complex(x, x.double()), None),
     ("masked_fill_ overflow", lambda x: x.clone().masked_fill_(x > 0, 1e300), None),
     ("masked_scatter_ mask wider than self",

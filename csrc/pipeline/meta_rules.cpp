@@ -4,6 +4,7 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/random_cpu_dispatch.h>
 
 namespace torch_neuronx::meta_rules {
 namespace {
@@ -72,6 +73,18 @@ void margin_loss_0d(const c10::IValue* args, const Results& results) {
 void check_uniform(const c10::IValue* args) {
   const double from = args[1].toDouble(), to = args[2].toDouble();
   TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=", from, " > to=", to);
+}
+
+// The CPU kernel checks the range against the dtype before it draws anything, so its own
+// checks run on an empty CPU tensor of that dtype: the CPU's messages, no draw.
+void check_random_from(const c10::IValue* args) {
+  at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(tensor_at(args, 0).scalar_type()));
+  at::cpu::random_(probe, args[1].toInt(), args[2].toOptional<int64_t>());
+}
+
+void check_random_to(const c10::IValue* args) {
+  at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(tensor_at(args, 0).scalar_type()));
+  at::cpu::random_(probe, args[1].toInt());
 }
 
 void check_masked_fill(const c10::IValue* args) {

@@ -26,6 +26,8 @@ void margin_loss_0d(const c10::IValue* args, const Results& results);
 // (Checks that depend only on dtypes, ranks and mode arguments need none: the first call of each
 // signature raises the CPU kernel's own error at the call, pipeline/first_call.h.)
 void check_uniform(const c10::IValue* args);          // uniform_(self, from, to)
+void check_random_from(const c10::IValue* args);     // random_.from(self, from, to?, generator)
+void check_random_to(const c10::IValue* args);       // random_.to(self, to, generator)
 void check_masked_fill(const c10::IValue* args);      // masked_fill_.Scalar(self, mask, value)
 void check_masked_scatter(const c10::IValue* args);   // masked_scatter_(self, mask, source)
 void check_multinomial(const c10::IValue* args);      // multinomial(self, num_samples, replacement, generator, out?)

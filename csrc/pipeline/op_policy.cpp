@@ -122,6 +122,9 @@ const Override kOverrides[] = {
     // Argument errors the CPU kernel raises inside its task that depend on sizes or numbers, which
     // a call's signature leaves out (pipeline/first_call.h): raised at every call.
     {"aten::uniform_", kRules, 0, "the CPU kernel checks from <= to", nullptr, mr::check_uniform},
+    {"aten::random_.from", kRules, 0, "the CPU kernel checks the range against the dtype", nullptr,
+     mr::check_random_from},
+    {"aten::random_.to", kRules, 0, "the CPU kernel checks the range against the dtype", nullptr, mr::check_random_to},
     {"aten::masked_fill_.Scalar", kRules, 0, "the CPU kernel checks that the value fits the dtype", nullptr,
      mr::check_masked_fill},
     {"aten::masked_scatter_", kRules, 0, "the CPU kernel checks the mask and the source", nullptr,
