@@ -114,6 +114,19 @@ def test_lazy_conjugate_and_negative_views_read_like_cpu():
     assert all(c["sync"] == 0 and c["copy"] == 0 for c in torch_neuronx.op_counts().values())
 
 
+@pytest.mark.filterwarnings("ignore:neuron. dtype")
+@pytest.mark.parametrize("op", [torch.dot, torch.vdot])
+@pytest.mark.parametrize("conj_a,conj_b", [(False, False), (False, True), (True, False), (True, True)])
+def test_dot_products_of_conjugate_views_match_cpu_values_and_conj_bit(op, conj_a, conj_b):
+    """The CPU returns dot(conj, conj) and vdot(x, conj) as conjugate views of a plain dot."""
+    a, b = torch.randn(5, dtype=torch.cfloat), torch.randn(5, dtype=torch.cfloat)
+    an, bn = a.to(N), b.to(N)
+    want = op(a.conj() if conj_a else a, b.conj() if conj_b else b)
+    got = op(an.conj() if conj_a else an, bn.conj() if conj_b else bn)
+    assert got.is_conj() == want.is_conj()
+    torch.testing.assert_close(got.cpu(), want)
+
+
 @pytest.mark.parametrize("cls,kw", [(torch.nn.LSTM, dict(num_layers=2)), (torch.nn.GRU, dict(bidirectional=True)),
                                     (torch.nn.LSTM, dict(bias=False, batch_first=True)), (torch.nn.LSTMCell, {}),
                                     (torch.nn.GRUCell, {})])
