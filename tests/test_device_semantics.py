@@ -220,6 +220,8 @@ def test_sparse_tensors_live_on_neuron_and_compute_like_cpu(layout):
     torch.testing.assert_close((s @ m.to(N)).cpu(), want @ m)
     torch.testing.assert_close(torch.addmm(b.to(N), s, m.to(N)).cpu(), torch.addmm(b, want, m))
     torch.testing.assert_close(want.to(N).to_dense().cpu(), d)  # a CPU sparse tensor moved over
+    with pytest.raises(RuntimeError, match="same device"):  # CUDA's device rule, as for dense ops
+        s @ m
 
     def outcome(f):
         try:

@@ -32,12 +32,18 @@
 
 #include "aten/sparse_ops.h"
 #include "core/storage.h"
+#include "exec/device_check.h"
 #include "exec/ivalue_walk.h"
 #include "pipeline/op_policy.h"
 #include "pipeline/runners.h"
 
 namespace torch_neuronx {
 namespace {
+
+bool writes(const c10::FunctionSchema& schema, size_t i) {
+  const auto* alias = schema.arguments()[i].alias_info();
+  return alias && alias->isWrite();
+}
 
 // The op on the host: neuron tensors go to the CPU (sparse ones stay sparse), the CPU's kernel
 // for their layouts runs, written arguments get the results back, returns go to the device.
@@ -46,25 +52,24 @@ void sparse_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const size_t nargs = schema.arguments().size();
   c10::IValue* args = stack->data() + (stack->size() - nargs);
-  std::optional<c10::Device> device;
-  for (size_t i = 0; i < nargs && !device; ++i) {
-    for_each_tensor(args[i], [&](const at::Tensor& t) {
-      if (!device && is_neuron(t)) device = t.device();
-    });
+  // CUDA's device rule, as for dense ops: a CPU tensor is no operand of a neuron one.
+  DeviceCheck check(rec.name.c_str());
+  for (size_t i = 0; i < nargs; ++i) {
+    for_each_tensor(args[i], [&](const at::Tensor& t) { check.add(t, writes(schema, i)); });
   }
   // A factory has nothing to compute on the host: run there, it would land on this key again.
-  TORCH_CHECK_NOT_IMPLEMENTED(device.has_value(), "neuron: ", rec.name,
+  TORCH_CHECK_NOT_IMPLEMENTED(check.device() >= 0, "neuron: ", rec.name,
                               " cannot make a sparse neuron tensor from no neuron tensor; make it on the CPU and "
                               "move it with .to('neuron')");
+  const c10::Device device(kNeuron, check.device());
   note_copy(rec, "a sparse tensor: sparse kernels run on the host");
   std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (host copy, device original)
   for (size_t i = 0; i < nargs; ++i) {
-    const auto* alias = schema.arguments()[i].alias_info();
-    const bool writes = alias && alias->isWrite();
+    const bool w = writes(schema, i);
     args[i] = map_tensors(args[i], [&](const at::Tensor& t) {
       if (!is_neuron(t)) return t;
       at::Tensor host = t.cpu();
-      if (writes) written.emplace_back(host, t);
+      if (w) written.emplace_back(host, t);
       return host;
     });
   }
@@ -84,7 +89,7 @@ void sparse_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       for (const auto& [host, original] : written) {
         if (t.is_same(host)) return original;
       }
-      return t.defined() && t.device().is_cpu() ? t.to(*device) : t;
+      return t.defined() && t.device().is_cpu() ? t.to(device) : t;
     });
   }
 }
@@ -105,17 +110,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   }
 }
 
-// Kernels for every backend (CompositeExplicitAutograd[NonFunctional]: mm, mul, add, sum, ...)
-// serve the compressed sparse key and COO's mm/addmm before any fallback does, and refuse their
-// layouts. So those take the host path by name: COO's two here, and every compressed-layout op
-// with a CPU kernel once all static registrations are in (register_compressed_sparse_ops).
-TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
-  for (const char* op : {"mm", "addmm"}) m.impl(op, torch::CppFunction::makeFromBoxedFunction<&sparse_on_host>());
-}
-
 // What makes, reads and copies a sparse tensor: PyTorch's layout-generic kernels, which only touch
 // the indices and values through other ops.
 TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
+  // Kernels for every backend (CompositeExplicitAutograd[NonFunctional]: mm, mul, add, sum, ...)
+  // serve the compressed sparse key and COO's mm/addmm before any fallback does, and refuse their
+  // layouts. So those take the host path by name: COO's two here, and every compressed-layout op
+  // with a CPU kernel once all static registrations are in (register_compressed_sparse_ops).
+  for (const char* op : {"mm", "addmm"}) m.impl(op, torch::CppFunction::makeFromBoxedFunction<&sparse_on_host>());
   m.impl("_sparse_coo_tensor_with_dims_and_tensors", TORCH_FN(at::native::new_with_dims_and_tensor_sparse_symint));
   m.impl("_sparse_coo_tensor_with_dims", TORCH_FN(at::native::new_with_dims_sparse));
   m.impl("empty.memory_format", TORCH_FN(at::native::empty_sparse_symint));

@@ -35,13 +35,13 @@ c10::Storage bare_storage(void* base, size_t nbytes) {
   return c10::Storage(c10::Storage::use_byte_size_t(), nbytes, c10::DataPtr(base, c10::Device(c10::kCPU)), nullptr,
                       /*resizable=*/false);
 }
+}  // namespace
 
 at::Tensor with_bits(at::Tensor v, bool conj, bool neg) {
   if (conj) v.unsafeGetTensorImpl()->_set_conj(true);
   if (neg) v.unsafeGetTensorImpl()->_set_neg(true);
   return v;
 }
-}  // namespace
 
 at::Tensor cpu_view(const at::Tensor& t) {
   if (!t.defined()) return t;

@@ -25,6 +25,9 @@ at::Tensor make_cpu_tensor(c10::Storage storage, caffe2::TypeMeta dtype, c10::In
 c10::Storage cpu_storage_alias(const c10::Storage& storage, c10::Allocator* allocator = nullptr,
                                bool resizable = false);
 
+// `v` with the lazy conjugate / negative bits set where asked (a tensor's, or a result's).
+at::Tensor with_bits(at::Tensor v, bool conj, bool neg);
+
 // A CPU tensor over the same memory as `t` (device or pinned host), owning nothing: the memory
 // must outlive it, which stream order guarantees for the stream that allocated it.
 at::Tensor cpu_view(const at::Tensor& t);

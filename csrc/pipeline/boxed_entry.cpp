@@ -1,6 +1,5 @@
 // The one boxed entry: every op without a typed neuron kernel reaches it (as the PrivateUse1
 // fallback, or registered directly for the ops the overrides table claims) and runs by its plan.
-#include <ATen/ops/dot.h>
 #include <torch/library.h>
 
 #include "core/generator.h"
@@ -80,23 +79,6 @@ void boxed_entry(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 }
 
-// dot(conj, conj) and vdot(x, conj) are a conjugate *view* of a plain dot on the CPU (and CUDA):
-// the kernel flips the bit instead of computing the conjugate. A task's result is copied into a
-// plain tensor, so these calls run the plain dot and return its conjugate view, as the CPU does.
-void conj_products_entry(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const at::Tensor self = (*stack)[stack->size() - 2].toTensor();
-  const at::Tensor other = (*stack)[stack->size() - 1].toTensor();
-  const bool vdot = op.schema().name() == "aten::vdot";
-  const bool view = self.is_complex() && other.is_conj() && (vdot ? !self.is_conj() : self.is_conj());
-  if (!view) {
-    boxed_entry(op, stack);
-    return;
-  }
-  at::Tensor result = at::dot(vdot ? self : self.conj(), other.conj()).conj();
-  torch::jit::drop(*stack, 2);
-  stack->emplace_back(std::move(result));
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
@@ -105,8 +87,6 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const auto& name : claimed_ops()) m.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&boxed_entry>());
-  m.impl("dot", torch::CppFunction::makeFromBoxedFunction<&conj_products_entry>());
-  m.impl("vdot", torch::CppFunction::makeFromBoxedFunction<&conj_products_entry>());
 }
 
 }  // namespace torch_neuronx

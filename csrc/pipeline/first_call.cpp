@@ -34,15 +34,15 @@ void Signature::add_tensor(const at::Tensor& t) {
     return;
   }
   word(static_cast<int64_t>(t.scalar_type()));
-  word(static_cast<int64_t>(t.device().type()) * 64 + t.dim());
+  // Contiguity in the memory formats a kernel may require: flags the tensor keeps, no scan.
+  int64_t bits = t.numel() == 0 ? 1 : 0;
+  if (t.layout() == at::kStrided) {
+    if (t.is_contiguous()) bits |= 2;
+    if (t.dim() == 4 && t.is_contiguous(at::MemoryFormat::ChannelsLast)) bits |= 4;
+    if (t.dim() == 5 && t.is_contiguous(at::MemoryFormat::ChannelsLast3d)) bits |= 4;
+  }
+  word((static_cast<int64_t>(t.device().type()) * 64 + t.dim()) * 8 + bits);
   if (t.unsafeGetTensorImpl()->is_wrapped_number()) word(-3);
-  if (t.numel() == 0) word(-5);
-  if (t.layout() != at::kStrided) return;
-  // Contiguity in the memory formats a kernel may require (flags the tensor keeps, no scan).
-  int64_t layout_bits = t.is_contiguous() ? 1 : 0;
-  if (t.dim() == 4 && t.is_contiguous(at::MemoryFormat::ChannelsLast)) layout_bits |= 2;
-  if (t.dim() == 5 && t.is_contiguous(at::MemoryFormat::ChannelsLast3d)) layout_bits |= 2;
-  word(-8 - layout_bits);
 }
 
 void Signature::add_text(std::string_view s) {

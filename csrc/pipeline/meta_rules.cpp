@@ -77,15 +77,19 @@ void check_uniform(const c10::IValue* args) {
 
 // The CPU kernel checks the range against the dtype before it draws anything, so its own
 // checks run on an empty CPU tensor of that dtype: the CPU's messages, no draw.
+namespace {
+void check_random_range(const at::Tensor& self, int64_t from, std::optional<int64_t> to) {
+  at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(self.scalar_type()));
+  at::cpu::random_(probe, from, to);
+}
+}  // namespace
+
 void check_random_from(const c10::IValue* args) {
-  at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(tensor_at(args, 0).scalar_type()));
-  at::cpu::random_(probe, args[1].toInt(), args[2].toOptional<int64_t>());
+  check_random_range(tensor_at(args, 0), args[1].toInt(), args[2].toOptional<int64_t>());
 }
 
-void check_random_to(const c10::IValue* args) {
-  at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(tensor_at(args, 0).scalar_type()));
-  at::cpu::random_(probe, args[1].toInt());
-}
+// random_(to) is the CPU's random_(0, to).
+void check_random_to(const c10::IValue* args) { check_random_range(tensor_at(args, 0), 0, args[1].toInt()); }
 
 void check_masked_fill(const c10::IValue* args) {
   const at::Tensor self = tensor_at(args, 0);

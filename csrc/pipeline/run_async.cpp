@@ -130,7 +130,8 @@ c10::IValue mirror(const c10::IValue& v) {
   if (v.isDevice() && v.toDevice().type() == kNeuron) return c10::IValue(c10::Device(c10::kMeta));
   return map_tensors(v, [](const at::Tensor& t) -> at::Tensor {
     if (!is_neuron(t)) return t;
-    return at::Tensor(at::detail::empty_strided_meta(t.sizes(), t.strides(), t.scalar_type()));
+    return with_bits(at::Tensor(at::detail::empty_strided_meta(t.sizes(), t.strides(), t.scalar_type())), t.is_conj(),
+                     t.is_neg());
   });
 }
 
@@ -398,7 +399,8 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
   std::vector<at::Tensor> outputs;
   outputs.reserve(answer->outputs.size());
   for (const OutputMeta& m : answer->outputs) {
-    outputs.push_back(m.defined ? empty_neuron(m.sizes, m.strides, m.dtype, device) : at::Tensor());
+    outputs.push_back(m.defined ? with_bits(empty_neuron(m.sizes, m.strides, m.dtype, device), m.conj, m.neg)
+                                : at::Tensor());
     c.outputs.push_back(TensorDesc::of(outputs.back()));
     sig.add(outputs.back());  // an empty result (pdist of one row) skips the kernel's dtype checks
   }

@@ -42,7 +42,7 @@ void ShapeKey::add_tensor(const at::Tensor& t) {
   }
   add(static_cast<int64_t>(t.scalar_type()));
   add(static_cast<int64_t>(t.device().type()));
-  add(t.dim());
+  add(t.dim() * 4 + t.is_conj() * 2 + t.is_neg());  // the lazy bits can change meta's answer
   for (int64_t s : t.sizes()) add(s);
   for (int64_t s : t.strides()) add(s);
   if (!t.device().is_cpu()) return;
@@ -121,6 +121,8 @@ OutputMeta OutputMeta::of(const at::Tensor& t) {
   m.sizes.assign(t.sizes().begin(), t.sizes().end());
   m.strides.assign(t.strides().begin(), t.strides().end());
   m.dtype = t.scalar_type();
+  m.conj = t.is_conj();
+  m.neg = t.is_neg();
   return m;
 }
 

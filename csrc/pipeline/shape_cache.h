@@ -35,6 +35,7 @@ struct OutputMeta {
   c10::SmallVector<int64_t, 5> sizes, strides;
   c10::ScalarType dtype = c10::ScalarType::Undefined;
   bool defined = true;
+  bool conj = false, neg = false;  // a lazy view the CPU returns (vdot(x, y.conj()) is conj(dot))
 
   static OutputMeta of(const at::Tensor& t);
 };
