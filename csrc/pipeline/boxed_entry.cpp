@@ -60,7 +60,7 @@ bool host_op_with_neuron_generator(const c10::OperatorHandle& op, OpRecord& rec,
 
 void boxed_entry(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpRecord& rec = record_for(op);
-  if (rec.check) rec.check(stack->data() + (stack->size() - op.schema().arguments().size()));
+  if (rec.arg_rule) rec.arg_rule(stack->data() + (stack->size() - op.schema().arguments().size()));
   if (host_op_with_neuron_generator(op, rec, stack)) return;
   move_host_indices(op, stack);
   switch (rec.mode) {

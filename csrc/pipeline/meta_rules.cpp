@@ -43,13 +43,6 @@ void batch_norm(const c10::IValue* args, const Results& results, bool has_runnin
 
 }  // namespace
 
-void layer_norm_stats(const c10::IValue* args, const Results& results) {
-  // native_layer_norm(input, normalized_shape, weight?, bias?, eps)
-  const at::Tensor input = tensor_at(args, 0);
-  const bool is_mixed = mixed(input, {tensor_at(args, 2), tensor_at(args, 3)});
-  set_stats(results, 1, 2, is_mixed ? at::kFloat : input.scalar_type(), false);
-}
-
 void batch_norm_stats(const c10::IValue* args, const Results& results) {
   // (input, weight?, bias?, running_mean?, running_var?, training, momentum, eps)
   batch_norm(args, results, true, std::nullopt, 5);
@@ -70,7 +63,7 @@ void margin_loss_0d(const c10::IValue* args, const Results& results) {
   results[0]->strides.clear();
 }
 
-void check_uniform(const c10::IValue* args) {
+void check_uniform(c10::IValue* args) {
   const double from = args[1].toDouble(), to = args[2].toDouble();
   TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=", from, " > to=", to);
 }
@@ -84,14 +77,14 @@ void check_random_range(const at::Tensor& self, int64_t from, std::optional<int6
 }
 }  // namespace
 
-void check_random_from(const c10::IValue* args) {
+void check_random_from(c10::IValue* args) {
   check_random_range(tensor_at(args, 0), args[1].toInt(), args[2].toOptional<int64_t>());
 }
 
 // random_(to) is the CPU's random_(0, to).
-void check_random_to(const c10::IValue* args) { check_random_range(tensor_at(args, 0), 0, args[1].toInt()); }
+void check_random_to(c10::IValue* args) { check_random_range(tensor_at(args, 0), 0, args[1].toInt()); }
 
-void check_masked_fill(const c10::IValue* args) {
+void check_masked_fill(c10::IValue* args) {
   const at::Tensor self = tensor_at(args, 0);
   const c10::Scalar value = args[2].toScalar();
   // Scalar::to<T> raises "value cannot be converted to type T without overflow", as the kernel does.
@@ -99,7 +92,7 @@ void check_masked_fill(const c10::IValue* args) {
                  AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), at::kComplexHalf, at::kHalf, at::kBFloat16, at::kBool);
 }
 
-void check_masked_scatter(const c10::IValue* args) {
+void check_masked_scatter(c10::IValue* args) {
   const at::Tensor self = tensor_at(args, 0), mask = tensor_at(args, 1), source = tensor_at(args, 2);
   TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_scatter_ only supports boolean masks, but got mask with dtype ",
               mask.scalar_type());
@@ -110,7 +103,7 @@ void check_masked_scatter(const c10::IValue* args) {
   (void)at::empty(mask.sizes(), mask.options().device(c10::kMeta)).expand(self.sizes());
 }
 
-void check_multinomial(const c10::IValue* args) {
+void check_multinomial(c10::IValue* args) {
   const at::Tensor self = tensor_at(args, 0);
   TORCH_CHECK(self.dim() > 0 && self.dim() <= 2, "prob_dist must be 1 or 2 dim");
   TORCH_CHECK(at::isFloatingType(self.scalar_type()), "multinomial only supports floating-point dtypes for input, got: ",
@@ -125,7 +118,7 @@ void check_multinomial(const c10::IValue* args) {
               out.scalar_type());
 }
 
-void check_convolution(const c10::IValue* args) {
+void check_convolution(c10::IValue* args) {
   // (input, weight, bias?, stride, padding, dilation, transposed, output_padding, groups)
   for (int64_t s : args[3].toIntList()) TORCH_CHECK(s > 0, "non-positive stride is not supported");
   for (int64_t p : args[4].toIntList()) TORCH_CHECK(p >= 0, "negative padding is not supported");
@@ -137,11 +130,21 @@ void check_convolution(const c10::IValue* args) {
   TORCH_CHECK(args[8].toInt() > 0, "non-positive groups is not supported");
 }
 
-void check_no_internal_overlap_out(const c10::IValue* args) {
+void check_no_internal_overlap_out(c10::IValue* args) {
   const at::Tensor out = tensor_at(args, 3);
   TORCH_CHECK(at::has_internal_overlap(out) != at::MemOverlap::Yes,
               "unsupported operation: more than one element of the written-to tensor refers to a single memory "
               "location. Please clone() the tensor before performing the operation.");
+}
+
+void layer_norm_backward_stats(c10::IValue* args) {
+  // native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight?, bias?, mask)
+  const at::Tensor input = tensor_at(args, 1);
+  if (!at::isReducedFloatingType(input.scalar_type()) || mixed(input, {tensor_at(args, 5), tensor_at(args, 6)})) return;
+  for (int i : {3, 4}) {
+    const at::Tensor stat = tensor_at(args, i);
+    if (stat.defined() && stat.scalar_type() != input.scalar_type()) args[i] = stat.to(input.scalar_type());
+  }
 }
 
 }  // namespace torch_neuronx::meta_rules

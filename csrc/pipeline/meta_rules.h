@@ -1,6 +1,6 @@
 // Corrections to meta kernels where the CPU kernel, which is what runs and what users compare
-// with, decides otherwise: their answers, and the argument checks they lack. Each is named in
-// op_policy.cpp's overrides table.
+// with, decides otherwise: their answers, the argument checks they lack, and arguments the CPU
+// kernel takes in another form. Each is named in op_policy.cpp's overrides table.
 #pragma once
 
 #include <ATen/core/ivalue.h>
@@ -11,8 +11,6 @@ namespace torch_neuronx::meta_rules {
 
 using Results = std::vector<OutputMeta*>;
 
-// native_layer_norm: the CPU keeps mean/rstd in the input's dtype unless the weights are float.
-void layer_norm_stats(const c10::IValue* args, const Results& results);
 // The batch norm family: saved statistics in the input's dtype unless the parameters are float;
 // empty when not training.
 void batch_norm_stats(const c10::IValue* args, const Results& results);           // native_batch_norm, _native_batch_norm_legit
@@ -22,16 +20,22 @@ void batch_norm_stats_train(const c10::IValue* args, const Results& results);   
 // multi_margin_loss, multilabel_margin_loss_forward: the loss of a 0-dim or 1-dim input is 0-dim.
 void margin_loss_0d(const c10::IValue* args, const Results& results);
 
-// Argument checks of CPU kernels that meta kernels lack (ArgCheck): the CPU's messages.
+// Argument checks of CPU kernels that meta kernels lack (ArgRule): the CPU's messages.
 // (Checks that depend only on dtypes, ranks and mode arguments need none: the first call of each
 // signature raises the CPU kernel's own error at the call, pipeline/first_call.h.)
-void check_uniform(const c10::IValue* args);          // uniform_(self, from, to)
-void check_random_from(const c10::IValue* args);     // random_.from(self, from, to?, generator)
-void check_random_to(const c10::IValue* args);       // random_.to(self, to, generator)
-void check_masked_fill(const c10::IValue* args);      // masked_fill_.Scalar(self, mask, value)
-void check_masked_scatter(const c10::IValue* args);   // masked_scatter_(self, mask, source)
-void check_multinomial(const c10::IValue* args);      // multinomial(self, num_samples, replacement, generator, out?)
-void check_convolution(const c10::IValue* args);      // convolution(input, weight, bias, stride, padding, dilation, ...)
-void check_no_internal_overlap_out(const c10::IValue* args);  // index_select.out(self, dim, index, out)
+void check_uniform(c10::IValue* args);                  // uniform_(self, from, to)
+void check_random_from(c10::IValue* args);              // random_.from(self, from, to?, generator)
+void check_random_to(c10::IValue* args);                // random_.to(self, to, generator)
+void check_masked_fill(c10::IValue* args);              // masked_fill_.Scalar(self, mask, value)
+void check_masked_scatter(c10::IValue* args);           // masked_scatter_(self, mask, source)
+void check_multinomial(c10::IValue* args);              // multinomial(self, num_samples, replacement, generator, out?)
+void check_convolution(c10::IValue* args);              // convolution(input, weight, bias, stride, padding, dilation, ...)
+void check_no_internal_overlap_out(c10::IValue* args);  // index_select.out(self, dim, index, out)
+
+// Arguments brought to what the CPU kernel takes (ArgRule).
+// native_layer_norm_backward: mean/rstd of a half or bfloat16 input are float, as on CUDA (the
+// forward widens them, op_policy.cpp); the CPU kernel takes them in the input's dtype unless the
+// weights are float. Narrowing gives back the CPU forward's values exactly.
+void layer_norm_backward_stats(c10::IValue* args);
 
 }  // namespace torch_neuronx::meta_rules

@@ -52,7 +52,7 @@ struct Override {
   unsigned flags;     // OverrideFlag
   const char* why;
   MetaRule rule = nullptr;
-  ArgCheck check = nullptr;
+  ArgRule arg_rule = nullptr;
 };
 
 constexpr int kRules = -1;
@@ -78,10 +78,15 @@ const Override kOverrides[] = {
     {"aten::linalg__powsum", kRules, kClaim, "one kernel rather than a chain of ops"},
     {"aten::mode.values", kRules, kClaim, "its composite kernel accepts only CPU, CUDA and XPU tensors"},
 
+    // CUDA's float mean/rstd for half and bfloat16 inputs (what FakeTensor and compiled graphs
+    // expect): the CPU kernel's statistics, widened; its backward takes them narrowed again.
+    {"aten::native_layer_norm", kRules, kWidenedResults, "mean/rstd are float for half and bfloat16 inputs, as on CUDA"},
+    {"aten::native_layer_norm_backward", kRules, 0,
+     "the CPU kernel takes mean/rstd in the input's dtype unless the weights are float", nullptr,
+     mr::layer_norm_backward_stats},
+
     // Meta kernels follow CUDA; where the CPU kernel (what runs, and what users compare with)
     // decides dtypes or shapes otherwise, a rule corrects meta's answer.
-    {"aten::native_layer_norm", kRules, 0, "the CPU keeps mean/rstd in the input dtype unless the weights are float",
-     mr::layer_norm_stats},
     {"aten::native_batch_norm", kRules, kNoOutKernel, "the CPU's saved statistics follow the input dtype and are empty in eval",
      mr::batch_norm_stats},
     {"aten::_native_batch_norm_legit", kRules, kNoOutKernel,
@@ -350,11 +355,12 @@ std::unique_ptr<OpRecord> make_record(const c10::OperatorHandle& op) {
     flags |= o.flags;
     if (o.mode != kRules) mode = o.mode;
     if (o.rule) r->rule = o.rule;
-    if (o.check) r->check = o.check;
+    if (o.arg_rule) r->arg_rule = o.arg_rule;
     whys += (whys.empty() ? "" : "; ") + std::string(o.why);
   }
   r->contiguous_outputs = flags & kContiguousOutputs;
   r->quiet_resize = flags & kQuietResize;
+  r->widened_results = flags & kWidenedResults;
   if (flags & kFunctionalLayout) r->functional_op = find_functional_of(op.schema());
   Decision d = decide(op, *r, flags);
   if (mode != kRules) d = {static_cast<Mode>(mode), whys};

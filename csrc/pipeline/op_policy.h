@@ -17,6 +17,7 @@ enum OverrideFlag : unsigned {
   kContiguousOutputs = 4,  // fresh outputs are contiguous, as the CPU kernel makes them
   kFunctionalLayout = 8,   // a resized out= tensor takes the functional op's result layout
   kQuietResize = 16,       // out= tensors resize without PyTorch's warning, as the CPU kernel does
+  kWidenedResults = 32,    // the task widens the kernel's results to meta's (CUDA's) dtype
 };
 
 // The record (plan and counters) of a boxed op, made on first use. Cheap on repeated calls.

@@ -22,9 +22,10 @@ struct OutputMeta;
 // Corrects what meta says of a call's results (the fresh outputs, or an out= op's out= tensors)
 // where the CPU kernel knowingly differs (op_policy.cpp's table).
 using MetaRule = void (*)(const c10::IValue* args, const std::vector<OutputMeta*>& results);
-// Raises at the call the argument errors the CPU kernel would raise inside its task, where meta
-// does not check them (op_policy.cpp's table).
-using ArgCheck = void (*)(const c10::IValue* args);
+// Runs on a call's arguments before anything else: raises at the call the argument errors the CPU
+// kernel would raise inside its task, where meta does not check them, or brings an argument to
+// what the CPU kernel takes (op_policy.cpp's table).
+using ArgRule = void (*)(c10::IValue* args);
 
 // async: the kernel is queued on the stream and the call returns at once.
 // sync:  the kernel is queued and the caller waits for it (its results decide shapes or values
@@ -45,7 +46,8 @@ struct OpRecord {
   std::atomic<bool> no_meta{false};           // its meta kernel turned out to be missing
   std::atomic<int64_t> meta_calls{0};         // times its meta kernel ran (the rest were cached answers)
   MetaRule rule = nullptr;                    // corrects meta's answer (op_policy.cpp)
-  ArgCheck check = nullptr;                   // the CPU kernel's argument checks meta lacks
+  ArgRule arg_rule = nullptr;                 // checks the CPU kernel makes that meta lacks, or conversions
+  bool widened_results = false;               // fresh results widen to meta's dtype (kWidenedResults)
   bool contiguous_outputs = false;            // fresh outputs are contiguous, whatever meta says
   bool quiet_resize = false;                  // out= tensors resize without the warning (kQuietResize)
   // For an out= op: the functional overload, whose result layout an out= tensor takes when it is
