@@ -63,6 +63,12 @@ int64_t now_ns() {
 constexpr auto kWorkerSpin = std::chrono::microseconds(50);
 // A host thread waiting for a task polls this long before it sleeps.
 constexpr auto kWaitSpin = std::chrono::microseconds(20);
+// The prologue sizes a task's kernel team from whether a host thread is waiting. A task with
+// nothing queued behind it starts before its host thread has decided what to do next: the worker
+// polls this long for that decision (another task: the host is busy; a wait: it is idle) rather
+// than size the team for a busy host that is about to wait. An op followed by a sync otherwise
+// ran its kernel on one core fewer than it could.
+constexpr auto kHostDecisionSpin = std::chrono::microseconds(30);
 
 }  // namespace
 
@@ -345,10 +351,23 @@ void Queue::worker_loop() {
   }
 }
 
+void Queue::await_host_decision(uint64_t seq) const {
+  const auto until = std::chrono::steady_clock::now() + kHostDecisionSpin;
+  for (unsigned i = 1; submitted_.load(std::memory_order_acquire) == seq &&
+                       g_host_waiting.load(std::memory_order_relaxed) == 0;
+       ++i) {
+    NEURONRT_PAUSE();
+    if (i % 64 == 0 && std::chrono::steady_clock::now() >= until) return;
+  }
+}
+
 void Queue::run_task(Slot& slot, uint64_t seq) {
+  if (g_prologue) {
+    await_host_decision(seq);
+    g_prologue();
+  }
   const bool timing = g_timing.load(std::memory_order_relaxed);
   const int64_t start = timing ? now_ns() : 0;
-  if (g_prologue) g_prologue();
   try {
     if (opts_.enter) opts_.enter();
     slot.call(slot.storage);
