@@ -68,8 +68,9 @@ void copy_result(const OpRecord& rec, const TensorDesc& out, const at::Tensor& r
     if (result.defined()) kernel_disagrees(rec, "it returned a tensor where meta said none");
     return;
   }
-  const bool dtype_ok = result.defined() && (result.scalar_type() == out.dtype ||
-                                             (rec.widened_results && c10::promoteTypes(result.scalar_type(), out.dtype) == out.dtype));
+  const bool dtype_ok =
+      result.defined() && (result.scalar_type() == out.dtype ||
+                           (rec.widened_results && c10::promoteTypes(result.scalar_type(), out.dtype) == out.dtype));
   if (!dtype_ok || result.sizes() != c10::IntArrayRef(out.sizes)) {
     kernel_disagrees(rec, "it returned " +
                               (result.defined() ? layout_text(result.sizes(), result.strides(), result.scalar_type())

@@ -70,6 +70,19 @@ constexpr auto kWaitSpin = std::chrono::microseconds(20);
 // ran its kernel on one core fewer than it could.
 constexpr auto kHostDecisionSpin = std::chrono::microseconds(30);
 
+// Polls `busy` for up to `limit`; true once it turned false. The clock is read only when polling
+// starts and every 64 polls (it costs more than a poll).
+template <class Busy>
+bool poll_while(Busy busy, std::chrono::microseconds limit) {
+  if (!busy()) return true;
+  const auto until = std::chrono::steady_clock::now() + limit;
+  for (unsigned i = 1; busy(); ++i) {
+    NEURONRT_PAUSE();
+    if (i % 64 == 0 && std::chrono::steady_clock::now() >= until) return !busy();
+  }
+  return true;
+}
+
 }  // namespace
 
 Queue::Program*& Queue::program() {
@@ -331,19 +344,12 @@ void Queue::worker_loop() {
   if (thread_init_hook()) thread_init_hook()();
   uint64_t next = 1;
   for (;;) {
-    if (submitted_.load(std::memory_order_acquire) < next) {
-      const auto until = std::chrono::steady_clock::now() + kWorkerSpin;
-      for (unsigned i = 1; submitted_.load(std::memory_order_acquire) < next; ++i) {
-        NEURONRT_PAUSE();
-        if (i % 64 == 0 && std::chrono::steady_clock::now() >= until) break;  // the clock costs more than a poll
-      }
-      if (submitted_.load(std::memory_order_acquire) < next) {
-        std::unique_lock<std::mutex> lock(mu_);
-        worker_sleeping_.store(true, std::memory_order_seq_cst);
-        work_cv_.wait(lock, [&] { return stop_.load() || submitted_.load(std::memory_order_seq_cst) >= next; });
-        worker_sleeping_.store(false, std::memory_order_relaxed);
-        if (submitted_.load(std::memory_order_acquire) < next) return;  // stopping, drained
-      }
+    if (!poll_while([&] { return submitted_.load(std::memory_order_acquire) < next; }, kWorkerSpin)) {
+      std::unique_lock<std::mutex> lock(mu_);
+      worker_sleeping_.store(true, std::memory_order_seq_cst);
+      work_cv_.wait(lock, [&] { return stop_.load() || submitted_.load(std::memory_order_seq_cst) >= next; });
+      worker_sleeping_.store(false, std::memory_order_relaxed);
+      if (submitted_.load(std::memory_order_acquire) < next) return;  // stopping, drained
     }
     run_task(slots_[(next - 1) % kSlots], next);
     finish_one(next);
@@ -351,19 +357,11 @@ void Queue::worker_loop() {
   }
 }
 
-void Queue::await_host_decision(uint64_t seq) const {
-  const auto until = std::chrono::steady_clock::now() + kHostDecisionSpin;
-  for (unsigned i = 1; submitted_.load(std::memory_order_acquire) == seq &&
-                       g_host_waiting.load(std::memory_order_relaxed) == 0;
-       ++i) {
-    NEURONRT_PAUSE();
-    if (i % 64 == 0 && std::chrono::steady_clock::now() >= until) return;
-  }
-}
-
 void Queue::run_task(Slot& slot, uint64_t seq) {
   if (g_prologue) {
-    await_host_decision(seq);
+    poll_while([&] {
+      return submitted_.load(std::memory_order_acquire) == seq && g_host_waiting.load(std::memory_order_relaxed) == 0;
+    }, kHostDecisionSpin);
     g_prologue();
   }
   const bool timing = g_timing.load(std::memory_order_relaxed);

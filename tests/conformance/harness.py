@@ -282,6 +282,7 @@ def run_one(op, dtype_name: str, max_samples: int) -> dict:
     result = {"op": op_key(op), "dtype": dtype_name, "status": "pass", "fallback": False, "detail": ""}
     torch_neuronx.reset_op_counts()
     compared = 0
+    compare = _compare_as_cuda(op)
     try:
         # Made on neuron, as PyTorch's device-generic tests make them (tensors an op wants on the
         # CPU stay there), then copied to the CPU for the reference.
@@ -303,13 +304,13 @@ def run_one(op, dtype_name: str, max_samples: int) -> dict:
         values = not (_value_free(op) or _random_sample(ns))
         device = "neuron" if _targets_neuron(ns) else "cpu"
         try:
-            _compare_as_cuda(op)(actual, expected, values, device)
+            compare(actual, expected, values, device)
         except Exception as e:  # noqa: BLE001
             return {**result, "status": "fail", "detail": f"{type(e).__name__}: {e}"[:300],
                     "fallback": _copied()}
         problem = _compare_variants(op, ns, sample, expected, values, device)
         if problem is None:
-            detail = semantics.noncontiguous(op, ns, sample, values, device, _compare_as_cuda(op), _fresh)
+            detail = semantics.noncontiguous(op, ns, sample, values, device, compare, _fresh)
             problem = None if detail is None else ("fail", detail)
         if problem is not None:
             return {**result, "status": problem[0], "detail": problem[1][:300],

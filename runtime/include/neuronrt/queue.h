@@ -184,7 +184,6 @@ class Queue {
   uint64_t publish_locked(std::unique_lock<std::mutex>& lock);
   void worker_loop();
   void run_task(Slot& slot, uint64_t seq);
-  void await_host_decision(uint64_t seq) const;  // before sizing the team of a task with none behind it
   void record_error(uint64_t seq, const char* name, std::exception_ptr error);
   void raise_error_locked(std::unique_lock<std::mutex>& lock);
   void finish_one(uint64_t seq);
