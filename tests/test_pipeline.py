@@ -120,6 +120,54 @@ def test_an_out_tensor_overlapping_an_input_raises_like_cpu():
     torch.neuron.synchronize()
 
 
+def _partial_overlap(op):
+    """op(dev, out_at): out= a window of the input's own storage; 4 clear of the input, 1 across it."""
+    def call(dev, start):
+        buf = torch.arange(16.0, device=dev)
+        return op(buf[:4], buf[start:start + 2])
+    return call
+
+
+def _aliased_out(op):
+    """op(dev, out): a transposed out= tensor, or an expanded one whose elements alias."""
+    def call(dev, aliased):
+        out = torch.empty(1, 3, device=dev).expand(4, 3) if aliased else torch.empty(3, 4, device=dev).t()
+        return op(dev, out)
+    return call
+
+
+_IDX = lambda t: torch.tensor([0, 1], device=t.device)  # noqa: E731
+_OVERLAP_CASES = {
+    "cat": _partial_overlap(lambda x, out: torch.cat([x[:1], x[1:2]], out=out)),
+    "take": _partial_overlap(lambda x, out: torch.take(x, _IDX(x), out=out)),
+    "index_select": _partial_overlap(lambda x, out: torch.index_select(x, 0, _IDX(x), out=out)),
+    "kthvalue": _partial_overlap(lambda x, out: torch.kthvalue(
+        x.view(2, 2), 1, 1, out=(out, torch.empty(2, dtype=torch.long, device=x.device)))),
+    "take_aliased": _aliased_out(lambda dev, out: torch.take(
+        torch.randn(12, device=dev), torch.zeros(4, 3, dtype=torch.long, device=dev), out=out)),
+    "cat_aliased": _aliased_out(lambda dev, out: torch.cat([torch.randn(2, 3, device=dev)] * 2, out=out)),
+    "bernoulli_aliased": _aliased_out(lambda dev, out: torch.bernoulli(torch.rand(4, 3, device=dev), out=out)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_OVERLAP_CASES))
+def test_overlap_errors_raise_at_the_call_after_a_clean_call_of_the_same_shapes(case):
+    """Whether out= overlaps an input of its own storage, or aliases its own elements, decides the
+    CPU kernel's overlap errors: a call like that must raise at the call even after a clean call
+    with the same dtypes, ranks and storage sharing has made the signature known (issue 12)."""
+    call = _OVERLAP_CASES[case]
+    clean, bad = (4, 1) if not case.endswith("_aliased") else (False, True)
+    for _ in range(2):
+        call(N, clean)
+    torch.neuron.synchronize()
+    with pytest.raises(RuntimeError, match="memory location") as on_cpu:
+        call("cpu", bad)
+    with pytest.raises(RuntimeError) as on_neuron:
+        call(N, bad)
+    assert str(on_neuron.value) == str(on_cpu.value)
+    torch.neuron.synchronize()  # nothing left to fail later
+
+
 def test_value_dependent_shapes_run_sync_and_say_why():
     x = torch.randn(6, 5)
     torch_neuronx.reset_op_counts()

@@ -1,5 +1,7 @@
 #include "pipeline/first_call.h"
 
+#include <ATen/MemoryOverlap.h>
+
 #include <algorithm>
 #include <cstring>
 #include <mutex>
@@ -40,8 +42,10 @@ void Signature::add_tensor(const at::Tensor& t) {
     if (t.is_contiguous()) bits |= 2;
     if (t.dim() == 4 && t.is_contiguous(at::MemoryFormat::ChannelsLast)) bits |= 4;
     if (t.dim() == 5 && t.is_contiguous(at::MemoryFormat::ChannelsLast3d)) bits |= 4;
+    // Elements that alias each other (an expanded tensor): out= kernels refuse to write them.
+    if (!(bits & 2) && at::has_internal_overlap(t) == at::MemOverlap::Yes) bits |= 8;
   }
-  word((static_cast<int64_t>(t.device().type()) * 64 + t.dim()) * 8 + bits);
+  word((static_cast<int64_t>(t.device().type()) * 64 + t.dim()) * 16 + bits);
   if (t.unsafeGetTensorImpl()->is_wrapped_number()) word(-3);
 }
 
@@ -99,14 +103,16 @@ void Signature::add_ivalue(const c10::IValue& v, const c10::TypePtr& real_type) 
   }
 }
 
-void Signature::add_sharing(c10::ArrayRef<std::pair<const void*, bool>> storages) {
-  const size_t n = storages.size();
+void Signature::add_sharing(c10::ArrayRef<std::pair<const c10::TensorImpl*, bool>> tensors) {
+  const size_t n = tensors.size();
   if (n < 2) return;
+  const auto storage = [&](size_t i) { return tensors[i].first->storage().unsafeGetStorageImpl(); };
   if (n <= 16) {
     for (size_t i = 1; i < n; ++i) {
       for (size_t j = 0; j < i; ++j) {
-        if (storages[i].first == storages[j].first && (storages[i].second || storages[j].second)) {
-          word(1000 + static_cast<int64_t>(i * n + j));
+        if (storage(i) == storage(j) && (tensors[i].second || tensors[j].second)) {
+          const auto overlap = at::get_overlap_status(tensors[i].first, tensors[j].first);
+          word(1000 + static_cast<int64_t>(i * n + j) * 4 + static_cast<int64_t>(overlap));
         }
       }
     }
@@ -115,12 +121,11 @@ void Signature::add_sharing(c10::ArrayRef<std::pair<const void*, bool>> storages
   // Long lists (foreach ops): grouped by storage, not compared pairwise.
   std::vector<size_t> order(n);
   for (size_t i = 0; i < n; ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return storages[a].first < storages[b].first; });
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return storage(a) < storage(b); });
   for (size_t g = 0; g < n;) {
     size_t e = g + 1;
-    bool written = storages[order[g]].second;
-    while (e < n && storages[order[e]].first == storages[order[g]].first) written |= storages[order[e++]].second;
+    bool written = tensors[order[g]].second;
+    while (e < n && storage(order[e]) == storage(order[g])) written |= tensors[order[e++]].second;
     if (e - g > 1 && written) {
       word(-4);
       for (size_t k = g; k < e; ++k) word(static_cast<int64_t>(order[k]));

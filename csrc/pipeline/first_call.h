@@ -8,9 +8,10 @@
 // type, which tensors share memory with a written one, each other argument's kind, and the exact
 // value of arguments that choose a behaviour (strings, bools, dtypes, layouts, memory formats),
 // whether each tensor is empty (many CPU kernels return early for no elements, before their
-// dtype checks) and whether it is contiguous in the default or channels-last format (kernels
-// that require it check it). Sizes, strides and numbers are left out otherwise: a model's shapes
-// and scalars change from step to step (a growing KV cache, a learning-rate schedule), and errors
+// dtype checks), whether it is contiguous in the default or channels-last format (kernels that
+// require it check it) and whether its elements alias each other (out= kernels refuse to write
+// such a tensor). Sizes, strides and numbers are left out otherwise: a model's shapes and
+// scalars change from step to step (a growing KV cache, a learning-rate schedule), and errors
 // that depend on them are the meta kernel's to raise at the call, or depend on values (an index
 // out of range) and surface at a sync, as CUDA's device-side asserts do.
 #pragma once
@@ -58,9 +59,10 @@ class Signature {
     }
   }
 
-  // Which of the call's tensors share a storage with a written one (the CPU kernel's overlap
-  // checks depend on it): `storages` holds each device tensor's storage and whether it is written.
-  void add_sharing(c10::ArrayRef<std::pair<const void*, bool>> storages);
+  // Which of the call's tensors share a storage with a written one, and how their elements
+  // overlap (the CPU kernel's overlap checks depend on it): `tensors` holds each device tensor
+  // and whether it is written.
+  void add_sharing(c10::ArrayRef<std::pair<const c10::TensorImpl*, bool>> tensors);
 
   size_t hash() const;
   bool operator==(const Signature& o) const { return words_ == o.words_; }

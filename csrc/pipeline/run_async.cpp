@@ -318,7 +318,7 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
   int64_t numel = 0;
   c10::DeviceIndex device_arg = -1;
   bool written = false;
-  c10::SmallVector<std::pair<const void*, bool>, 8> storages;
+  c10::SmallVector<std::pair<const c10::TensorImpl*, bool>, 8> tensors;
   const auto visit = [&](const at::Tensor& t) {
     if (!written && t.defined() && !is_neuron(t) && !(t.device().is_cpu() && t.dim() == 0)) {
       host_tensor = true;
@@ -328,7 +328,7 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
     key.add_tensor(t);
     if (is_neuron(t)) {
       numel += t.numel();
-      storages.emplace_back(t.storage().unsafeGetStorageImpl(), written);
+      tensors.emplace_back(t.unsafeGetTensorImpl(), written);
     }
   };
   for (size_t i = 0; i < nargs; ++i) {
@@ -360,7 +360,7 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
       key.add_value(a);
     }
   }
-  sig.add_sharing(storages);
+  sig.add_sharing(tensors);
   if (host_tensor) {
     *why = "a host tensor argument (only 0-dim CPU tensors mix with neuron tensors)";
     return false;

@@ -7,6 +7,8 @@ and once per OpInfo). Each returns None, or what disagrees with the CPU, naming 
   out= on the CPU    a neuron call given CPU out= tensors (0-dim ones too) raises at the call,
                      as CUDA does, and writes nothing
   resize warning     out= tensors of the wrong, non-empty size warn on every call where the CPU does
+  aliased out=       out= tensors whose elements alias (expanded ones) raise at the call where the
+                     CPU raises, also after a strided out= call of the same op has run cleanly
   CPU raised         an in-place or out= variant the CPU rejects for a sample (an in-place call
                      whose self would have to broadcast) raises on neuron too, at the call
   error_inputs       the OpInfo's error inputs the CPU rejects raise on neuron, at the call, with
@@ -97,7 +99,43 @@ def out_checks(op, ns, sample, expected, fresh):
         torch.neuron.synchronize()
     if neuron != cpu:
         return f"resize warning: over two calls the CPU warned {cpu}, neuron {neuron} (-1: raised)"
-    return None
+    return _aliased_out(call, ns, sample, expected, fresh)
+
+
+def _aliased_out(call, ns, sample, expected, fresh):
+    import torch
+
+    if any(e.numel() < 2 for e in _flat(expected)):
+        return None
+
+    def strided(device):  # not contiguous, but every element its own
+        return out_tensors(expected, lambda e: torch.empty((*e.shape, 2), dtype=e.dtype, device=device)[..., 0])
+
+    def aliased(device):  # over storage for every element: some CPU kernels ignore the strides
+        def make(e):
+            strides = list(torch.empty(e.shape, device="meta").stride())
+            strides[next(d for d, n in enumerate(e.shape) if n > 1)] = 0
+            return torch.empty(e.numel(), dtype=e.dtype, device=device).as_strided(e.shape, strides)
+        return out_tensors(expected, make)
+
+    try:
+        call(sample, aliased("cpu"))
+        return None  # the CPU writes such a tensor
+    except Exception as e:  # noqa: BLE001
+        cpu_error = e
+    try:
+        call(fresh(ns), strided("neuron"))
+        torch.neuron.synchronize()
+    except Exception:  # noqa: BLE001  (the op refuses strided out= tensors too: nothing to warm up)
+        return None
+    return raises_at_call(lambda: call(fresh(ns), aliased("neuron")),
+                          f"aliased out= where the CPU raised {type(cpu_error).__name__}: {cpu_error}")
+
+
+def _flat(x):
+    import torch
+
+    return [x] if isinstance(x, torch.Tensor) else [t for v in x for t in _flat(v)]
 
 
 def error_inputs(op):
