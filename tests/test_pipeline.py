@@ -387,6 +387,25 @@ def test_random_ops_are_async_and_follow_the_seed():
     assert c["aten::normal_"]["sync"] == 0 and c["aten::uniform_"]["sync"] == 0
 
 
+def test_products_large_enough_for_every_core_match_cpu():
+    """Products of 2^24 multiply-adds or more size their kernel team themselves (executor.h); each
+    variant's kernel gets its operands in its own order."""
+    a, b, c = torch.randn(256, 256), torch.randn(256, 256), torch.randn(256, 256)
+    ba, bb, bc = torch.randn(2, 256, 256), torch.randn(2, 256, 128), torch.randn(2, 256, 128)
+    calls = {
+        "mm": lambda a, b, c, ba, bb, bc: torch.mm(a, b),
+        "bmm": lambda a, b, c, ba, bb, bc: torch.bmm(ba, bb),
+        "addmm": lambda a, b, c, ba, bb, bc: torch.addmm(c, a, b, beta=0.5, alpha=2.0),
+        "addmm_": lambda a, b, c, ba, bb, bc: c.clone().addmm_(a, b, alpha=-1.0),
+        "baddbmm_": lambda a, b, c, ba, bb, bc: bc.clone().baddbmm_(ba, bb, beta=2.0),
+        "mm out=": lambda a, b, c, ba, bb, bc: torch.mm(a, b, out=torch.empty_like(c)),
+    }
+    args = (a, b, c, ba, bb, bc)
+    for name, call in calls.items():
+        got = call(*(t.to(N) for t in args))
+        torch.testing.assert_close(got.cpu(), call(*args), rtol=1e-4, atol=1e-3, msg=name)
+
+
 def test_fused_adamw_and_convolution_are_async():
     torch.manual_seed(0)
     conv = torch.nn.Conv2d(3, 4, 3)

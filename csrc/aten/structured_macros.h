@@ -11,18 +11,21 @@
 #define NX_EXPAND(...) __VA_ARGS__
 #define NX_KERNEL "structured meta on the host, the CPU kernel as a task on the stream"
 
-#define NX_FIO(ID, SF, SI, SO, META, CPUFN, PARAMS, ARGS)                                                 \
+#define NX_FIO(ID, SF, SI, SO, META, CPUFN, PARAMS, ARGS) NX_FIO_K(ID, SF, SI, SO, META, NX_CPU_OUT(CPUFN), PARAMS, ARGS)
+
+// NX_FIO with the kernel given as a callable (outputs first, then the op's arguments).
+#define NX_FIO_K(ID, SF, SI, SO, META, KERNEL, PARAMS, ARGS)                                               \
   OpRecord& ID##_rec_f = typed_op("aten::" SF, NX_KERNEL);                                                 \
   OpRecord& ID##_rec_i = typed_op("aten::" SI, NX_KERNEL);                                                 \
   OpRecord& ID##_rec_o = typed_op("aten::" SO, NX_KERNEL);                                                 \
   at::Tensor ID##_functional(const at::Tensor& self NX_EXPAND PARAMS) {                                   \
-    return structured_functional<at::meta::META>(ID##_rec_f, NX_CPU_OUT(CPUFN), self NX_EXPAND ARGS)[0];  \
+    return structured_functional<at::meta::META>(ID##_rec_f, KERNEL, self NX_EXPAND ARGS)[0];              \
   }                                                                                                        \
   at::Tensor& ID##_inplace(at::Tensor& self NX_EXPAND PARAMS) {                                           \
-    return structured_inplace<at::meta::META>(ID##_rec_i, NX_CPU_OUT(CPUFN), self NX_EXPAND ARGS);        \
+    return structured_inplace<at::meta::META>(ID##_rec_i, KERNEL, self NX_EXPAND ARGS);                    \
   }                                                                                                        \
   at::Tensor& ID##_out(const at::Tensor& self NX_EXPAND PARAMS, at::Tensor& out) {                        \
-    structured_out<at::meta::META>(ID##_rec_o, NX_CPU_OUT(CPUFN), std::forward_as_tuple(out),             \
+    structured_out<at::meta::META>(ID##_rec_o, KERNEL, std::forward_as_tuple(out),                         \
                                    self NX_EXPAND ARGS);                                                   \
     return out;                                                                                            \
   }                                                                                                        \
@@ -42,7 +45,7 @@
     return structured_functional<at::meta::META>(ID##_rec_f, KERNEL, NX_EXPAND ARGS)[0];             \
   }                                                                                                    \
   at::Tensor& ID##_out(NX_EXPAND PARAMS, at::Tensor& out) {                                           \
-    structured_out<at::meta::META>(ID##_rec_o, KERNEL, std::forward_as_tuple(out), NX_EXPAND ARGS);    \
+    structured_out<at::meta::META>(ID##_rec_o, KERNEL, std::forward_as_tuple(out), NX_EXPAND ARGS);        \
     return out;                                                                                        \
   }                                                                                                    \
   TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {                                                           \

@@ -40,19 +40,25 @@ WorkerWarnings& worker_warnings() {
 // The software NeuronCore's engines are the host's cores, and the host's thread needs one of them
 // while it runs Python. A kernel team as wide as every core would wait on that thread at each
 // barrier, so a kernel uses every core only while the host waits for the device, and one fewer
-// otherwise (at least one). The width decides how ATen splits a reduction, so it can change the
+// otherwise (at least one), unless its work is large enough to be worth the host's share of a
+// core (size_kernel_team_for, executor.h). The width decides how ATen splits a reduction, so it can change the
 // last bits of a result from run to run; with torch.use_deterministic_algorithms(True) it stays
 // fixed and runs repeat bit for bit.
 int g_cores = 0;
-void size_kernel_team() {
-  thread_local int width = 0;
-  const bool adaptive = !at::globalContext().deterministicAlgorithms();
-  const int want =
-      adaptive && neuronrt::Queue::host_threads_waiting() > 0 ? g_cores : std::max(1, g_cores - 1);
-  if (want != width) {
+thread_local int t_width = 0;
+
+void set_team_width(int want) {
+  if (want != t_width) {
     omp_set_num_threads(want);
-    width = want;
+    t_width = want;
   }
+}
+
+bool adaptive_team() { return !at::globalContext().deterministicAlgorithms(); }
+
+void size_kernel_team() {
+  const bool every_core = adaptive_team() && neuronrt::Queue::host_threads_waiting() > 0;
+  set_team_width(every_core ? g_cores : std::max(1, g_cores - 1));
 }
 
 // Kernels on queue workers call ATen on CPU views below autograd, like the op that queued them,
@@ -72,6 +78,10 @@ struct WorkerSetup {
 }  // namespace
 
 std::atomic<bool> worker_warnings_pending{false};
+
+void size_kernel_team_for(int64_t work) {
+  if (work >= kEveryCoreWork && adaptive_team()) set_team_width(g_cores);
+}
 
 void raise_worker_warnings() {
   std::vector<c10::Warning> warnings;
