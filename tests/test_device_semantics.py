@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-import torch_neuronx  # noqa: F401
+import torch_neuronx
 from conftest import run_python
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -185,6 +185,15 @@ def test_autocast_defaults_to_bfloat16_with_cuda_policy_lists():
         assert torch.mm(a, a).dtype == torch.bfloat16  # lower-precision list
         assert torch.softmax(a, 0).dtype == torch.float32  # fp32 list
         assert torch.dot(a[0], a[1]).dtype == torch.float32  # on neither list: left alone
+
+
+def test_copy_on_write_clones_are_refused_by_name():
+    x = torch.arange(4.0, device=N)
+    with pytest.raises(NotImplementedError, match="copy-on-write"):
+        torch._lazy_clone(x)
+    x.add_(1)  # the tensor is left as it was, and usable
+    torch.testing.assert_close(x.cpu(), torch.arange(4.0) + 1)
+    assert "refused" in torch_neuronx.explain("aten::_lazy_clone")
 
 
 def test_out_resize_warns_once_on_every_call_as_on_cpu():

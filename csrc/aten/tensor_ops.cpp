@@ -167,6 +167,14 @@ void record_stream(at::Tensor& self, c10::Stream stream) {
   caching_allocator().recordStream(self.storage().data_ptr(), stream);
 }
 
+// Copy-on-write shares a storage until a write copies it, and needs a data pointer that is its
+// own context; the allocator's context is its block (allocator.cpp). Refused by name, rather
+// than by ATen's internal check on the missing storage.
+at::Tensor lazy_clone(const at::Tensor&) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "neuron: copy-on-write clones (torch._lazy_clone) are not supported on the "
+                              "neuron device; use clone()");
+}
+
 // For explain(): these run no kernel, so they are never counted.
 const bool described = [] {
   for (const char* op : {"aten::empty.memory_format", "aten::empty_strided", "aten::resize_", "aten::set_.source_Storage",
@@ -178,6 +186,7 @@ const bool described = [] {
                          "aten::view_as_complex"}) {
     typed_op(op, "a view: new metadata over the same device memory; no kernel runs");
   }
+  typed_op("aten::_lazy_clone", "refused: copy-on-write storages are not supported on neuron");
   typed_op("aten::record_stream", "allocator bookkeeping: the block waits for the stream's work before reuse");
   typed_op("aten::_has_compatible_shallow_copy_type", "metadata: dense CPU and neuron tensors can swap data in place");
   typed_op("aten::_local_scalar_dense", "a transfer: a copy task to host memory that the caller waits for "
@@ -205,6 +214,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_efficientzerotensor", TORCH_FN(efficient_zero_tensor));
   m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
   m.impl("record_stream", TORCH_FN(record_stream));
+  m.impl("_lazy_clone", TORCH_FN(lazy_clone));
 }
 
 }  // namespace torch_neuronx
