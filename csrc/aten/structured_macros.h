@@ -11,7 +11,8 @@
 #define NX_EXPAND(...) __VA_ARGS__
 #define NX_KERNEL "structured meta on the host, the CPU kernel as a task on the stream"
 
-#define NX_FIO(ID, SF, SI, SO, META, CPUFN, PARAMS, ARGS) NX_FIO_K(ID, SF, SI, SO, META, NX_CPU_OUT(CPUFN), PARAMS, ARGS)
+#define NX_FIO(ID, SF, SI, SO, META, CPUFN, PARAMS, ARGS) \
+  NX_FIO_K(ID, SF, SI, SO, META, NX_CPU_OUT(CPUFN), PARAMS, ARGS)
 
 // NX_FIO with the kernel given as a callable (outputs first, then the op's arguments).
 #define NX_FIO_K(ID, SF, SI, SO, META, KERNEL, PARAMS, ARGS)                                               \
@@ -45,7 +46,7 @@
     return structured_functional<at::meta::META>(ID##_rec_f, KERNEL, NX_EXPAND ARGS)[0];             \
   }                                                                                                    \
   at::Tensor& ID##_out(NX_EXPAND PARAMS, at::Tensor& out) {                                           \
-    structured_out<at::meta::META>(ID##_rec_o, KERNEL, std::forward_as_tuple(out), NX_EXPAND ARGS);        \
+    structured_out<at::meta::META>(ID##_rec_o, KERNEL, std::forward_as_tuple(out), NX_EXPAND ARGS);    \
     return out;                                                                                        \
   }                                                                                                    \
   TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {                                                           \

@@ -41,9 +41,9 @@ WorkerWarnings& worker_warnings() {
 // while it runs Python. A kernel team as wide as every core would wait on that thread at each
 // barrier, so a kernel uses every core only while the host waits for the device, and one fewer
 // otherwise (at least one), unless its work is large enough to be worth the host's share of a
-// core (size_kernel_team_for, executor.h). The width decides how ATen splits a reduction, so it can change the
-// last bits of a result from run to run; with torch.use_deterministic_algorithms(True) it stays
-// fixed and runs repeat bit for bit.
+// core (size_kernel_team_for, executor.h). The width decides how ATen splits a reduction, so it
+// can change the last bits of a result from run to run; with
+// torch.use_deterministic_algorithms(True) it stays fixed and runs repeat bit for bit.
 int g_cores = 0;
 thread_local int t_width = 0;
 
