@@ -168,6 +168,28 @@ def test_overlap_errors_raise_at_the_call_after_a_clean_call_of_the_same_shapes(
     torch.neuron.synchronize()  # nothing left to fail later
 
 
+def test_an_out_tensor_aliasing_its_own_elements_is_refused_before_it_is_written_past():
+    """narrow_copy's and avg_pool3d's CPU out= kernels write an expanded out= tensor as if it were
+    contiguous, past its storage: on the CPU a heap overflow, on neuron other tensors' device memory.
+    neuron refuses such an out= tensor at the call, with PyTorch's overlap error, as CUDA does."""
+    calls = {
+        "narrow_copy": (lambda out: torch.narrow_copy(torch.randn(50, 50, 50, device=N), 1, 2, 20, out=out),
+                        (50, 20, 50)),
+        "avg_pool3d": (lambda out: torch._C._nn.avg_pool3d(torch.randn(1, 8, 32, 32, 32, device=N), 2, out=out),
+                       (1, 8, 16, 16, 16)),
+    }
+    for name, (call, shape) in calls.items():
+        neighbours = [torch.full((4096,), 7.0, device=N) for _ in range(16)]
+        out = torch.empty(1, device=N).expand(shape)
+        neighbours += [torch.full((4096,), 7.0, device=N) for _ in range(64)]
+        with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+            call(out)
+        torch.neuron.synchronize()
+        assert all(bool((n == 7).all()) for n in neighbours), name
+        call(torch.empty(shape, device=N).transpose(0, 1).contiguous().transpose(0, 1))  # strided, not aliased: runs
+    torch.neuron.synchronize()
+
+
 def test_value_dependent_shapes_run_sync_and_say_why():
     x = torch.randn(6, 5)
     torch_neuronx.reset_op_counts()

@@ -1,6 +1,7 @@
 // Async: the op's meta kernel sizes its outputs on the host and its CPU kernel runs as a task on
 // the stream over views of device memory (the plan is op_policy.cpp's). The host never waits.
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/native/Resize.h>
 
@@ -317,7 +318,7 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
   bool host_tensor = false;
   int64_t numel = 0;
   c10::DeviceIndex device_arg = -1;
-  bool written = false;
+  bool written = false, out_arg = false;
   c10::SmallVector<std::pair<const c10::TensorImpl*, bool>, 8> tensors;
   const auto visit = [&](const at::Tensor& t) {
     if (!written && t.defined() && !is_neuron(t) && !(t.device().is_cpu() && t.dim() == 0)) {
@@ -325,6 +326,10 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
       return;
     }
     check.add(t, written);
+    // An out= tensor whose elements alias each other is refused, as CUDA's kernels refuse it: some
+    // CPU out= kernels (narrow_copy, avg_pool3d) write it as if it were contiguous, past its storage
+    // into other tensors' device memory.
+    if (out_arg && t.defined() && !t.is_contiguous()) at::assert_no_internal_overlap(t);
     key.add_tensor(t);
     if (is_neuron(t)) {
       numel += t.numel();
@@ -334,6 +339,7 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
   for (size_t i = 0; i < nargs; ++i) {
     const c10::IValue& a = args[i];
     written = is_written(schema, i);
+    out_arg = written && schema.arguments()[i].kwarg_only();
     sig.add_ivalue(a, schema.arguments()[i].real_type());
     if (a.isOptionalTensorList()) {
       const auto list = a.toOptionalTensorList();
