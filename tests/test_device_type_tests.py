@@ -1,9 +1,10 @@
 """PyTorch's own device-generic test machinery instantiates for neuron."""
-import os
 import torch
 from torch.testing._internal.common_device_type import instantiate_device_type_tests, ops
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.testing._internal.common_utils import TestCase
+
+from conftest import run_python
 
 _SOME_OPS = [op for op in op_db if op.name in ("add", "mul", "exp", "sum", "softmax")]
 
@@ -34,6 +35,8 @@ def test_neuron_classes_were_created():
 # PyTorch's device-generic tests on neuron through torch_neuronx.testing (TORCH_TEST_DEVICES),
 # which must be set before PyTorch's test machinery is imported: a fresh interpreter.
 _DECLARATIONS_TESTS = '''
+import re
+
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.testing._internal.common_device_type import OpDTypes, instantiate_device_type_tests, ops
@@ -73,7 +76,7 @@ class TestNeuronDeclarations(TestCase):
             try:
                 op(sample.input, *sample.args, **sample.kwargs)
             except error.error_type as e:
-                mismatched += not __import__("re").search(error.error_regex, str(e))
+                mismatched += not re.search(error.error_regex, str(e))
         self.assertGreater(mismatched, 0)
 
 
@@ -86,17 +89,13 @@ assert common_device_type.PrivateUse1TestBase not in common_device_type.device_t
 
 
 def test_pytorch_device_generic_tests_use_neurons_declarations(tmp_path):
-    import subprocess
-    import sys
-
     import torch_neuronx.testing
 
-    (tmp_path / "test_declarations.py").write_text(_DECLARATIONS_TESTS)
-    env = dict(os.environ, TORCH_TEST_DEVICES=torch_neuronx.testing.TEST_BASE,
-               PYTORCH_TESTING_DEVICE_ONLY_FOR="neuron")
-    r = subprocess.run([sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA",
-                        str(tmp_path / "test_declarations.py")], capture_output=True, text=True, env=env,
-                       cwd=tmp_path, timeout=600)
+    path = tmp_path / "test_declarations.py"
+    path.write_text(_DECLARATIONS_TESTS)
+    r = run_python(f"import sys, pytest; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-rA', {str(path)!r}]))",
+                   env={"TORCH_TEST_DEVICES": torch_neuronx.testing.TEST_BASE,
+                        "PYTORCH_TESTING_DEVICE_ONLY_FOR": "neuron"}, timeout=600)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     passed = [line for line in r.stdout.splitlines() if line.startswith("PASSED")]
     # one class per test, made once: histc, max_pool1d and _refs.where

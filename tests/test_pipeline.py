@@ -136,11 +136,14 @@ def _aliased_out(op):
     return call
 
 
-_IDX = lambda t: torch.tensor([0, 1], device=t.device)  # noqa: E731
+def _first_two(t):
+    return torch.tensor([0, 1], device=t.device)
+
+
 _OVERLAP_CASES = {
     "cat": _partial_overlap(lambda x, out: torch.cat([x[:1], x[1:2]], out=out)),
-    "take": _partial_overlap(lambda x, out: torch.take(x, _IDX(x), out=out)),
-    "index_select": _partial_overlap(lambda x, out: torch.index_select(x, 0, _IDX(x), out=out)),
+    "take": _partial_overlap(lambda x, out: torch.take(x, _first_two(x), out=out)),
+    "index_select": _partial_overlap(lambda x, out: torch.index_select(x, 0, _first_two(x), out=out)),
     "kthvalue": _partial_overlap(lambda x, out: torch.kthvalue(
         x.view(2, 2), 1, 1, out=(out, torch.empty(2, dtype=torch.long, device=x.device)))),
     "take_aliased": _aliased_out(lambda dev, out: torch.take(

@@ -1,7 +1,6 @@
 #include "pipeline/meta_rules.h"
 
 #include <ATen/Dispatch_v2.h>
-#include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/random_cpu_dispatch.h>
@@ -128,13 +127,6 @@ void check_convolution(c10::IValue* args) {
   }
   for (int64_t p : args[7].toIntList()) TORCH_CHECK(p >= 0, "negative output_padding is not supported");
   TORCH_CHECK(args[8].toInt() > 0, "non-positive groups is not supported");
-}
-
-void check_no_internal_overlap_out(c10::IValue* args) {
-  const at::Tensor out = tensor_at(args, 3);
-  TORCH_CHECK(at::has_internal_overlap(out) != at::MemOverlap::Yes,
-              "unsupported operation: more than one element of the written-to tensor refers to a single memory "
-              "location. Please clone() the tensor before performing the operation.");
 }
 
 void layer_norm_backward_stats(c10::IValue* args) {

@@ -30,7 +30,6 @@ void check_masked_fill(c10::IValue* args);              // masked_fill_.Scalar(s
 void check_masked_scatter(c10::IValue* args);           // masked_scatter_(self, mask, source)
 void check_multinomial(c10::IValue* args);              // multinomial(self, num_samples, replacement, generator, out?)
 void check_convolution(c10::IValue* args);              // convolution(input, weight, bias, stride, padding, dilation, ...)
-void check_no_internal_overlap_out(c10::IValue* args);  // index_select.out(self, dim, index, out)
 
 // Arguments brought to what the CPU kernel takes (ArgRule).
 // native_layer_norm_backward: mean/rstd of a half or bfloat16 input are float, as on CUDA (the

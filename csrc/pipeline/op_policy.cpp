@@ -136,8 +136,6 @@ const Override kOverrides[] = {
      mr::check_masked_scatter},
     {"aten::multinomial", kRules, kQuietResize, "the CPU kernel checks the input's dtype and resizes out= quietly",
      nullptr, mr::check_multinomial},
-    {"aten::index_select.out", kRules, 0, "the CPU kernel refuses an out= tensor with overlapping elements before resizing it",
-     nullptr, mr::check_no_internal_overlap_out},
     // Meta answers the CPU kernel does not give.
     {"aten::multi_margin_loss", kRules, 0, "the CPU gives a 0-dim loss for a 0-dim or 1-dim input", mr::margin_loss_0d},
     {"aten::multilabel_margin_loss_forward", kRules, 0, "the CPU gives a 0-dim loss for a 0-dim or 1-dim input",

@@ -326,10 +326,10 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
       return;
     }
     check.add(t, written);
-    // An out= tensor whose elements alias each other is refused, as CUDA's kernels refuse it: some
-    // CPU out= kernels (narrow_copy, avg_pool3d) write it as if it were contiguous, past its storage
-    // into other tensors' device memory.
-    if (out_arg && t.defined() && !t.is_contiguous()) at::assert_no_internal_overlap(t);
+    // An out= tensor whose elements alias each other is refused before anything resizes it, as
+    // CUDA's kernels refuse it: some CPU out= kernels (narrow_copy, avg_pool3d) write it as if it
+    // were contiguous, past its storage into other tensors' device memory.
+    if (out_arg && t.defined()) at::assert_no_internal_overlap(t);
     key.add_tensor(t);
     if (is_neuron(t)) {
       numel += t.numel();

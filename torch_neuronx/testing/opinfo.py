@@ -4,6 +4,7 @@ OpInfo keeps dtype lists and expected failures per device type; a device it does
 held to the CPU's. These are neuron's, each with its reason. `tests/test_device_type_tests.py`
 checks that every declared dtype list is exactly the set of dtypes that run.
 """
+import functools
 import unittest
 
 import torch
@@ -33,14 +34,9 @@ EXPECTED_FAILURES = {
     ),
 }
 
-_declared = False
-
-
+@functools.cache
 def declare_neuron_opinfo():
     """Adds neuron's entries to the OpInfo database; once per process."""
-    global _declared
-    if _declared:
-        return
     from torch.testing._internal.common_methods_invocations import op_db, python_ref_db
     from torch.testing._internal.opinfo.core import DecorateInfo
 
@@ -54,7 +50,6 @@ def declare_neuron_opinfo():
         for op in _named(ops, name):
             xfail = DecorateInfo(unittest.expectedFailure, cls_name, test_name, device_type=DEVICE_TYPE)
             op.decorators = (*op.decorators, xfail)
-    _declared = True
 
 
 def _named(ops, name):
