@@ -19,11 +19,11 @@ def counts(op):
 def test_boxed_op_is_async_once_its_signature_has_run():
     x, idx = torch.randn(64, 8), torch.tensor([3, 0, 5])
     xn, idxn = x.to(N), idx.to(N)
-    torch.index_select(torch.randn(5, 2, device=N), 1, torch.tensor([1], device=N))  # same dtypes and ranks
+    torch.index_select(torch.randn(5, 2, device=N), 0, torch.tensor([1], device=N))  # same dtypes and ranks
     torch.neuron.synchronize()
     torch_neuronx.reset_op_counts()
     torch.neuron._sleep(300)
-    y = torch.index_select(xn, 0, idxn)  # other sizes and arguments: no new signature
+    y = torch.index_select(xn, 0, idxn)  # other sizes and values: no new signature
     assert not torch.neuron.current_stream().query()  # returned while the stream is busy
     torch.testing.assert_close(y.cpu(), torch.index_select(x, 0, idx))
     assert counts("aten::index_select") == {"async": 1, "sync": 0, "copy": 0, "first_waits": 0}
@@ -55,6 +55,33 @@ def test_the_first_call_of_a_signature_raises_the_cpu_kernels_errors_at_the_call
     c = counts("aten::bitwise_and.Tensor")
     assert c["async"] == 2 and c["first_waits"] == 1 and c["sync"] == 0
     assert "waited: the first of their signature" in torch_neuronx.explain("aten::bitwise_and.Tensor")
+
+
+@pytest.mark.parametrize("target_dim", [0, 1])
+def test_an_integer_argument_that_changes_the_shape_is_checked_at_its_first_call(target_dim):
+    # multi_margin_loss's reduction (an int) decides whether a 1-dim input's loss is 0-dim or (1,):
+    # after a clean call with reduction="mean", reduction="none" returned meta's shape, and the
+    # CPU kernel's disagreement failed at the next, unrelated op.
+    x = torch.randn(5)
+    t = torch.tensor([2]) if target_dim else torch.tensor(2)
+    xn, tn = x.to(N), t.to(N)
+    F.multi_margin_loss(xn, tn, reduction="mean")
+    torch.neuron.synchronize()
+    for reduction in ("none", "sum", "mean"):
+        got = F.multi_margin_loss(xn, tn, reduction=reduction)
+        want = F.multi_margin_loss(x, t, reduction=reduction)
+        assert got.shape == want.shape, (reduction, got.shape, want.shape)
+        torch.neuron.synchronize()
+        torch.testing.assert_close(got.cpu(), want)
+    y = torch.randn(4, 3)
+    target = torch.tensor([[2, 0, -1], [1, -1, 0], [0, 1, 2], [2, -1, 0]])
+    if target_dim == 0:  # multilabel's 1-dim case: one sample's input and target
+        y, target = y[0], target[0]
+    for reduction in (1, 0, 2):  # multilabel_margin_loss's own op, its reduction an int
+        got = torch.ops.aten.multilabel_margin_loss_forward(y.to(N), target.to(N), reduction)[0]
+        want = torch.ops.aten.multilabel_margin_loss_forward(y, target, reduction)[0]
+        assert got.shape == want.shape, (reduction, got.shape, want.shape)
+        torch.testing.assert_close(got.cpu(), want)
 
 
 def test_an_empty_call_that_ran_cleanly_does_not_queue_a_full_one():

@@ -78,9 +78,10 @@ void Signature::add_ivalue(const c10::IValue& v, const c10::TypePtr& real_type) 
   } else if (v.isBool()) {
     add(v.toBool());
   } else if (v.isInt()) {
-    // A dtype, layout or memory format is an int here; its value chooses the kernel's path.
-    const bool choice = unwrap_optional(real_type)->kind() != c10::TypeKind::IntType;
-    word(choice ? 600 + v.toInt() : 300);
+    // A dtype, layout or memory format is an int here too; either way the value counts.
+    const bool plain_int = unwrap_optional(real_type)->kind() == c10::TypeKind::IntType;
+    word(plain_int ? 300 : 600);
+    word(v.toInt());
   } else if (v.isDouble()) {
     word(301);
   } else if (v.isScalar()) {

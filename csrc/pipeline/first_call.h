@@ -6,14 +6,16 @@
 //
 // The signature holds what such checks depend on: the op, each tensor's dtype, rank and device
 // type, which tensors share memory with a written one, each other argument's kind, and the exact
-// value of arguments that choose a behaviour (strings, bools, dtypes, layouts, memory formats),
-// whether each tensor is empty (many CPU kernels return early for no elements, before their
-// dtype checks), whether it is contiguous in the default or channels-last format (kernels that
-// require it check it) and whether its elements alias each other (out= kernels refuse to write
-// such a tensor). Sizes, strides and numbers are left out otherwise: a model's shapes and
-// scalars change from step to step (a growing KV cache, a learning-rate schedule), and errors
-// that depend on them are the meta kernel's to raise at the call, or depend on values (an index
-// out of range) and surface at a sync, as CUDA's device-side asserts do.
+// value of arguments that choose a behaviour (strings, bools, integers, dtypes, layouts, memory
+// formats: an integer may be a reduction mode or a dim, which can change a result's shape where
+// meta and the CPU kernel disagree), whether each tensor is empty (many CPU kernels return early
+// for no elements, before their dtype checks), whether it is contiguous in the default or
+// channels-last format (kernels that require it check it) and whether its elements alias each
+// other (out= kernels refuse to write such a tensor). Sizes, strides and floating-point numbers
+// are left out: a model's shapes and scalars change from step to step (a growing KV cache, a
+// learning-rate schedule), and errors that depend on them are the meta kernel's to raise at the
+// call, or depend on values (an index out of range) and surface at a sync, as CUDA's device-side
+// asserts do.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -52,8 +54,11 @@ class Signature {
   void add(const T& v) {
     if constexpr (std::is_same_v<T, bool> || std::is_enum_v<T>) {
       word(static_cast<int64_t>(v) + 200);
+    } else if constexpr (std::is_integral_v<T>) {
+      word(300);
+      word(static_cast<int64_t>(v));  // a dim or a reduction mode can change the result's shape
     } else if constexpr (std::is_arithmetic_v<T>) {
-      word(std::is_integral_v<T> ? 300 : 301);
+      word(301);
     } else {
       word(302);  // sizes and other values: their kind only
     }

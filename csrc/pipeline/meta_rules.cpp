@@ -1,6 +1,7 @@
 #include "pipeline/meta_rules.h"
 
 #include <ATen/Dispatch_v2.h>
+#include <ATen/core/Reduction.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/random_cpu_dispatch.h>
@@ -56,10 +57,24 @@ void batch_norm_stats_eval(const c10::IValue* args, const Results& results) { ba
 
 void batch_norm_stats_train(const c10::IValue* args, const Results& results) { batch_norm(args, results, true, true, -1); }
 
-void margin_loss_0d(const c10::IValue* args, const Results& results) {
-  if (tensor_at(args, 0).dim() > 1 || results.empty()) return;
+namespace {
+void make_0d(const Results& results) {
   results[0]->sizes.clear();
   results[0]->strides.clear();
+}
+}  // namespace
+
+void multi_margin_loss_0d(const c10::IValue* args, const Results& results) {
+  // (self, target, p, margin, weight?, reduction): meta gives (nframe,) for reduction none
+  // whatever the target's rank; the CPU (and CUDA) give it only for a target with dimensions.
+  if (results.empty() || args[5].toInt() != at::Reduction::None || tensor_at(args, 1).dim() > 0) return;
+  make_0d(results);
+}
+
+void multilabel_margin_loss_0d(const c10::IValue* args, const Results& results) {
+  // (self, target, reduction): the CPU's loss of a 1-dim target is 0-dim for every reduction.
+  if (results.empty() || tensor_at(args, 1).dim() > 1) return;
+  make_0d(results);
 }
 
 void check_uniform(c10::IValue* args) {

@@ -17,8 +17,9 @@ void batch_norm_stats(const c10::IValue* args, const Results& results);         
 void batch_norm_stats_no_stats(const c10::IValue* args, const Results& results);  // _native_batch_norm_legit.no_stats
 void batch_norm_stats_eval(const c10::IValue* args, const Results& results);      // ..._no_training, _batch_norm_no_update
 void batch_norm_stats_train(const c10::IValue* args, const Results& results);     // _batch_norm_with_update
-// multi_margin_loss, multilabel_margin_loss_forward: the loss of a 0-dim or 1-dim input is 0-dim.
-void margin_loss_0d(const c10::IValue* args, const Results& results);
+// The margin losses' 0-dim results where meta says (nframe,).
+void multi_margin_loss_0d(const c10::IValue* args, const Results& results);       // multi_margin_loss
+void multilabel_margin_loss_0d(const c10::IValue* args, const Results& results);  // multilabel_margin_loss_forward
 
 // Argument checks of CPU kernels that meta kernels lack (ArgRule): the CPU's messages.
 // (Checks that depend only on dtypes, ranks and mode arguments need none: the first call of each

@@ -137,9 +137,10 @@ const Override kOverrides[] = {
     {"aten::multinomial", kRules, kQuietResize, "the CPU kernel checks the input's dtype and resizes out= quietly",
      nullptr, mr::check_multinomial},
     // Meta answers the CPU kernel does not give.
-    {"aten::multi_margin_loss", kRules, 0, "the CPU gives a 0-dim loss for a 0-dim or 1-dim input", mr::margin_loss_0d},
-    {"aten::multilabel_margin_loss_forward", kRules, 0, "the CPU gives a 0-dim loss for a 0-dim or 1-dim input",
-     mr::margin_loss_0d},
+    {"aten::multi_margin_loss", kRules, 0, "the CPU gives a 0-dim loss for a 0-dim target with reduction none",
+     mr::multi_margin_loss_0d},
+    {"aten::multilabel_margin_loss_forward", kRules, 0, "the CPU gives a 0-dim loss for a 0-dim or 1-dim target",
+     mr::multilabel_margin_loss_0d},
     // Sync: the CPU kernel decides what meta cannot predict.
     {"aten::_embedding_bag_forward_only", kSyncMode, 0,
      "its CPU kernel sizes offset2bag, bag_size and max_indices differently from meta"},

@@ -7,7 +7,8 @@ CUDA_DTYPES, the CPU's values in that dtype). The OpInfo's in-place variant (res
 mutated input) and its out= variant (result and the out tensors, resized from empty) are
 compared the same way; for float32 ops with autograd, the input gradients are compared too.
 Every sample also runs the checks of semantics.py: again non-contiguous after warm-up, out= on
-the CPU, out= resize warnings, variants the CPU rejects, and the OpInfo's error inputs.
+the CPU, out= resize warnings, variants the CPU rejects; and once per float32 op, the OpInfo's
+error inputs and a sample whose other arguments differ from a clean call's just before it.
 Each (op, dtype) gets one status:
   pass       neuron matches CPU
   fail       a mismatch (the first one is recorded)
@@ -286,7 +287,8 @@ def run_one(op, dtype_name: str, max_samples: int) -> dict:
     try:
         # Made on neuron, as PyTorch's device-generic tests make them (tensors an op wants on the
         # CPU stay there), then copied to the CPU for the reference.
-        samples = list(op.sample_inputs("neuron", dtype, requires_grad=False))[:max_samples]
+        all_samples = list(op.sample_inputs("neuron", dtype, requires_grad=False))
+        samples = all_samples[:max_samples]
     except Exception as e:  # noqa: BLE001
         return {**result, "status": "error", "detail": f"sample_inputs on neuron: {type(e).__name__}: {e}"[:300]}
     for ns in samples:
@@ -318,6 +320,10 @@ def run_one(op, dtype_name: str, max_samples: int) -> dict:
         compared += 1
     if dtype_name == "float32":
         detail = semantics.error_inputs(op)
+        if detail is None and compared:
+            detail = semantics.other_arguments(op, [s for s in all_samples if _targets_neuron(s)],
+                                               lambda s: not (_value_free(op) or _random_sample(s)),
+                                               compare, _fresh, lambda s: _to(s, "cpu"))
         if detail is not None:
             return {**result, "status": "fail", "detail": detail[:300], "fallback": _copied()}
     if dtype_name == "float32" and op.supports_autograd and samples and not _value_free(op):

@@ -13,6 +13,9 @@ and once per OpInfo). Each returns None, or what disagrees with the CPU, naming 
                      whose self would have to broadcast) raises on neuron too, at the call
   error_inputs       the OpInfo's error inputs the CPU rejects raise on neuron, at the call, with
                      the same exception type; never only at a later synchronize
+  other arguments    a sample run right after a clean call of a sample whose tensors have the same
+                     dtypes and ranks but whose other arguments differ: its result's shape and
+                     strides at the call, its values, and nothing failing at the next synchronize
 """
 from __future__ import annotations
 
@@ -164,4 +167,69 @@ def error_inputs(op):
             return problem
         if not isinstance(raised[0], type(cpu_error)):
             return f"{what}: neuron raised {type(raised[0]).__name__}: {raised[0]}"
+    return None
+
+
+def _shape_of_call(sample):
+    """What a call's first-call signature sees of its tensors (dtype and rank, in order), and
+    the values of everything else."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    leaves, spec = tree_flatten((sample.input, sample.args, sample.kwargs))
+    tensors = tuple((t.dtype, t.dim()) for t in leaves if isinstance(t, torch.Tensor))
+    others = repr([v for v in leaves if not isinstance(v, torch.Tensor)])
+    return (tensors, str(spec)), others
+
+
+def _pair_differing_in_arguments(samples):
+    """The first (warm-up, sample) pair whose tensors match in dtype and rank and whose other
+    arguments differ, or None."""
+    seen = {}
+    for s in samples:
+        tensors, others = _shape_of_call(s)
+        first = seen.setdefault(tensors, (s, others))
+        if first[1] != others:
+            return first[0], s
+    return None
+
+
+def other_arguments(op, samples, values_for, compare, fresh, to_cpu):
+    """Whether a non-tensor argument that changes a result (a reduction mode, a dim) is checked
+    like a first call: after a clean call of the same tensor dtypes and ranks, the call's result
+    must have the CPU's shape and strides at the call and fail nothing later."""
+    import torch
+
+    pair = _pair_differing_in_arguments(samples)
+    if pair is None:
+        return None
+    warm, sample = pair
+    cpu = to_cpu(sample)
+    try:
+        expected = op(cpu.input, *cpu.args, **cpu.kwargs)
+    except Exception:  # noqa: BLE001  (the CPU rejects the sample: nothing to compare)
+        return None
+    try:
+        w = fresh(warm)
+        op(w.input, *w.args, **w.kwargs)
+        torch.neuron.synchronize()
+    except Exception:  # noqa: BLE001  (the warm-up itself fails: the main comparison reports it)
+        return None
+    s = fresh(sample)
+    try:
+        actual = op(s.input, *s.args, **s.kwargs)
+    except Exception as e:  # noqa: BLE001
+        return f"other arguments: raised where the CPU did not: {type(e).__name__}: {e}"
+    try:
+        compare(actual, expected, False, "neuron")  # shapes before anything has synchronized
+    except Exception as e:  # noqa: BLE001
+        return f"other arguments: the result at the call: {type(e).__name__}: {e}"
+    try:
+        torch.neuron.synchronize()
+    except Exception as e:  # noqa: BLE001
+        return f"other arguments: raised only at the next synchronize: {type(e).__name__}: {e}"
+    try:
+        compare(actual, expected, values_for(sample), "neuron")
+    except Exception as e:  # noqa: BLE001
+        return f"other arguments: {type(e).__name__}: {e}"
     return None
