@@ -87,3 +87,15 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
     lines.append(f"{'Alloc retries / OOMs':<22}{s.get('num_alloc_retries', 0):>13}{s.get('num_ooms', 0):>13}")
     lines.append("=" * width)
     return "\n".join(lines)
+
+
+def set_per_process_memory_fraction(fraction: float, device=None) -> None:
+    """Limits this process's caching allocator on `device` to `fraction` of its memory, as
+    torch.cuda's: an allocation that would reserve more raises torch.OutOfMemoryError."""
+    if not isinstance(fraction, (int, float)) or isinstance(fraction, bool):
+        raise TypeError(f"neuron: invalid memory fraction {fraction!r}: expected a float between 0 and 1")
+    _C._set_memory_fraction(float(fraction), device_index(device))
+
+
+def get_per_process_memory_fraction(device=None) -> float:
+    return _C._memory_fraction(device_index(device))

@@ -3,14 +3,17 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
 import torch
 
 from . import _C
-from ._device import device_index
+from . import _device as _utils  # noqa: F401  (torch.serialization asks torch.neuron._utils)
+from . import random  # noqa: F401  (torch.neuron.random, as torch.cuda.random)
+from ._device import _get_device_index, device_index  # noqa: F401
 from .memory import (  # noqa: F401  (re-exported as torch.neuron.*)
     empty_cache,
+    get_per_process_memory_fraction,
     max_memory_allocated,
     max_memory_reserved,
     mem_get_info,
@@ -20,6 +23,19 @@ from .memory import (  # noqa: F401  (re-exported as torch.neuron.*)
     memory_summary,
     reset_accumulated_memory_stats,
     reset_peak_memory_stats,
+    set_per_process_memory_fraction,
+)
+from .random import (  # noqa: F401  (re-exported as torch.neuron.*)
+    _get_generator,
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
 )
 
 _device_t = Union[torch.device, str, int, None]
@@ -46,6 +62,18 @@ init = _lazy_init
 
 def is_initialized() -> bool:
     return _C._is_initialized()
+
+
+def __getattr__(name):
+    # Attributes read as torch.cuda's module variables, answered when asked:
+    # - `_initialized`: torch.utils.checkpoint saves and restores a device's RNG state only when
+    #   it is true, so recomputed dropout masks equal the forward's;
+    # - `default_generators`, one per device, made on first access (importing starts nothing).
+    if name == "_initialized":
+        return is_initialized()
+    if name == "default_generators":
+        return random._generators()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def is_available() -> bool:
@@ -191,67 +219,6 @@ def stream(s: Optional[torch.Stream]):
         _C._set_device(prev_device)
 
 
-# ---- random number generation ---------------------------------------------------------------
-
-
-_default_generators: tuple = ()
-
-
-def _generators():
-    global _default_generators
-    if not _default_generators:
-        _default_generators = tuple(_C._default_generator(i) for i in range(device_count()))
-    return _default_generators
-
-
-def __getattr__(name):
-    # `torch.neuron.default_generators`, one per device as `torch.cuda.default_generators` after
-    # initialisation; made on first access, so importing starts nothing.
-    if name == "default_generators":
-        return _generators()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def get_rng_state(device: _device_t = None) -> torch.Tensor:
-    return _generators()[device_index(device)].get_state()
-
-
-def get_rng_state_all() -> list:
-    return [g.get_state() for g in _generators()]
-
-
-def set_rng_state(new_state: torch.Tensor, device: _device_t = None) -> None:
-    _generators()[device_index(device)].set_state(new_state.cpu())
-
-
-def set_rng_state_all(new_states) -> None:
-    for i, s in enumerate(new_states):
-        set_rng_state(s, i)
-
-
-def manual_seed(seed: int) -> None:
-    _generators()[current_device()].manual_seed(int(seed))
-
-
-def manual_seed_all(seed: int) -> None:
-    for g in _generators():
-        g.manual_seed(int(seed))
-
-
-def seed() -> None:
-    _generators()[current_device()].seed()
-
-
-def seed_all() -> None:
-    s = _generators()[0].seed()
-    for g in _generators()[1:]:
-        g.manual_seed(s)
-
-
-def initial_seed() -> int:
-    return _generators()[current_device()].initial_seed()
-
-
 # ---- dtypes and autocast ---------------------------------------------------------------------
 
 
@@ -262,10 +229,6 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 def get_amp_supported_dtype() -> list:
     # Trainium computes in bf16 natively; fp16 is supported by the hardware too.
     return [torch.bfloat16, torch.float16]
-
-
-def _get_device_index(device: Any, optional: bool = False) -> int:
-    return device_index(device)
 
 
 def _sleep(ms: float) -> None:
@@ -283,3 +246,22 @@ def transfer_stats() -> dict:
     """Bytes copied host to device, device to host and device to device since the process
     started (transfers are not ops; torch_neuronx.op_counts() counts those)."""
     return dict(_C._transfer_stats())
+
+
+_busy_marks: dict = {}  # device -> (wall ns, busy ns) at the previous utilization() call
+
+
+def utilization(device: _device_t = None) -> int:
+    """Percent of the time since the previous call for this device (the first call: since the
+    device started) during which its queues ran tasks, as torch.cuda.utilization() reports the
+    share of its sample period in which a kernel ran. Streams busy at once count up to 100."""
+    import time
+
+    _lazy_init()
+    idx = device_index(device)
+    now, busy = time.monotonic_ns(), _C._busy_ns(idx)
+    then, busy_then = _busy_marks.get(idx, (_C._started_ns(idx), 0))
+    _busy_marks[idx] = (now, busy)
+    if now <= then:
+        return 0
+    return max(0, min(100, round(100 * (busy - busy_then) / (now - then))))

@@ -25,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "core/device.h"
@@ -95,6 +96,7 @@ struct DeviceState {
   Pool small, large;
   std::vector<Block*> pending;
   DeviceStats stats;
+  double fraction = 1.0;  // of the device's memory this process may reserve
   Pool& pool(bool is_small) { return is_small ? small : large; }
 };
 
@@ -118,7 +120,7 @@ class Allocator final : public CachingAllocator {
     Block* b = take_cached_locked(st, stream, size, small);
     if (!b) {
       const size_t seg = segment_size(size);
-      void* p = rt.memory(device).allocate(seg);
+      void* p = take_segment_locked(st, device, seg);
       if (!p) {
         // Give entirely free segments back and retry. Cached blocks may still be read by queued
         // work of their stream, so the device must drain first.
@@ -128,7 +130,7 @@ class Allocator final : public CachingAllocator {
         lock.lock();
         collect_pending_locked(st);
         release_free_segments_locked(st);
-        p = rt.memory(device).allocate(seg);
+        p = take_segment_locked(st, device, seg);
       }
       if (!p) {
         st.stats.num_ooms++;
@@ -145,7 +147,8 @@ class Allocator final : public CachingAllocator {
                          " is allocated by PyTorch, ", format_bytes(reserved), " is reserved by the caching allocator (",
                          "largest cached free block ", format_bytes(cached), "), ", format_bytes(free),
                          " is free on the device (largest free block ", format_bytes(largest),
-                         "). Free tensors or call torch.neuron.empty_cache(); the allocator is still usable.");
+                         ")", fraction_note_locked(st, capacity),
+                         ". Free tensors or call torch.neuron.empty_cache(); the allocator is still usable.");
       }
       b = new_segment_locked(st, device, stream, seg, p, small);
     }
@@ -159,15 +162,16 @@ class Allocator final : public CachingAllocator {
     const size_t size = round_size(n);
     auto& st = state(device);
     std::unique_lock<std::mutex> lock(st.mu);
-    void* p = runtime().memory(device).allocate(size);
+    void* p = take_segment_locked(st, device, size);
     if (!p) {
       st.stats.num_ooms++;
       const auto& mem = runtime().memory(device);
       const uint64_t free = mem.capacity() - mem.used();
+      const std::string note = fraction_note_locked(st, mem.capacity());
       lock.unlock();
       TORCH_CHECK_WITH(OutOfMemoryError, false, "neuron out of memory. A kernel tried to allocate ", format_bytes(n),
                        " on neuron:", static_cast<int>(device), " while it ran; ", format_bytes(free),
-                       " is free on the device. Free tensors or call torch.neuron.empty_cache().");
+                       " is free on the device", note, ". Free tensors or call torch.neuron.empty_cache().");
     }
     return hand_out_locked(st, new_segment_locked(st, device, stream, size, p, size <= kSmallSize), n);
   }
@@ -262,7 +266,40 @@ class Allocator final : public CachingAllocator {
 
   bool owns(const c10::DataPtr& data_ptr) const override { return data_ptr.get_deleter() == &free_block; }
 
+  void set_memory_fraction(double fraction, c10::DeviceIndex device) override {
+    TORCH_CHECK(fraction >= 0.0 && fraction <= 1.0, "neuron: invalid memory fraction ", fraction,
+                ": it must be between 0 and 1");
+    auto& st = state(device);
+    std::lock_guard<std::mutex> lock(st.mu);
+    st.fraction = fraction;
+  }
+
+  double memory_fraction(c10::DeviceIndex device) override {
+    auto& st = state(device);
+    std::lock_guard<std::mutex> lock(st.mu);
+    return st.fraction;
+  }
+
  private:
+  // A new segment from the device, or nullptr when the device, or this process's fraction of
+  // it, has no room: reserved memory counts against the fraction, as on CUDA.
+  void* take_segment_locked(DeviceState& st, c10::DeviceIndex device, size_t bytes) {
+    auto& mem = runtime().memory(device);
+    const uint64_t reserved = st.stats.reserved_bytes[static_cast<size_t>(StatType::AGGREGATE)].current;
+    if (st.fraction < 1.0 && static_cast<double>(reserved + bytes) > st.fraction * static_cast<double>(mem.capacity())) {
+      return nullptr;
+    }
+    return mem.allocate(bytes);
+  }
+
+  std::string fraction_note_locked(const DeviceState& st, uint64_t capacity) const {
+    if (st.fraction >= 1.0) return "";
+    char fraction[32];
+    snprintf(fraction, sizeof fraction, "%g", st.fraction);
+    return "; this process may reserve only " + format_bytes(static_cast<uint64_t>(st.fraction * capacity)) +
+           " of it (set_per_process_memory_fraction(" + fraction + "))";
+  }
+
   // One state per visible device, made on first use; an index outside them is an error.
   DeviceState& state(c10::DeviceIndex device) {
     check_device_index(device);

@@ -17,6 +17,9 @@ class CachingAllocator : public c10::DeviceAllocator {
   virtual c10::DataPtr adopt(void* context, c10::Device device) = 0;
   // True when `data_ptr` came from this allocator (a neuron block).
   virtual bool owns(const c10::DataPtr& data_ptr) const = 0;
+  // The share of `device`'s memory this process may reserve (torch.cuda's per-process fraction).
+  virtual void set_memory_fraction(double fraction, c10::DeviceIndex device) = 0;
+  virtual double memory_fraction(c10::DeviceIndex device) = 0;
 };
 
 CachingAllocator& caching_allocator();

@@ -130,6 +130,17 @@ PYBIND11_MODULE(_C, m) {
     for (const auto& [name, t] : neuronrt::Queue::task_times()) out[py::str(name)] = py::make_tuple(t.count, t.ns);
     return out;
   });
+  m.def("_set_memory_fraction", [](double fraction, int d) {
+    caching_allocator().set_memory_fraction(fraction, static_cast<c10::DeviceIndex>(d));
+  });
+  m.def("_memory_fraction", [](int d) { return caching_allocator().memory_fraction(static_cast<c10::DeviceIndex>(d)); });
+  // Time the device's queues have spent running tasks, summed over its streams.
+  m.def("_busy_ns", [](int d) {
+    uint64_t ns = 0;
+    for (neuronrt::Queue* q : checked([&] { return runtime().queues_of(d); })) ns += q->busy_ns();
+    return ns;
+  });
+  m.def("_started_ns", [](int) { return runtime().started_ns(); });
   m.def("_transfer_stats", [] {
     py::dict out;
     auto& c = runtime().counters();

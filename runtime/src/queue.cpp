@@ -1,5 +1,6 @@
 #include "neuronrt/queue.h"
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -344,6 +345,10 @@ void Queue::worker_loop() {
   if (thread_init_hook()) thread_init_hook()();
   uint64_t next = 1;
   for (;;) {
+    if (submitted_.load(std::memory_order_acquire) < next && busy_since_ns_.load(std::memory_order_relaxed) >= 0) {
+      busy_ns_.fetch_add(now_ns() - busy_since_ns_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      busy_since_ns_.store(-1, std::memory_order_relaxed);
+    }
     if (!poll_while([&] { return submitted_.load(std::memory_order_acquire) < next; }, kWorkerSpin)) {
       std::unique_lock<std::mutex> lock(mu_);
       worker_sleeping_.store(true, std::memory_order_seq_cst);
@@ -351,10 +356,17 @@ void Queue::worker_loop() {
       worker_sleeping_.store(false, std::memory_order_relaxed);
       if (submitted_.load(std::memory_order_acquire) < next) return;  // stopping, drained
     }
+    if (busy_since_ns_.load(std::memory_order_relaxed) < 0) busy_since_ns_.store(now_ns(), std::memory_order_relaxed);
     run_task(slots_[(next - 1) % kSlots], next);
     finish_one(next);
     ++next;
   }
+}
+
+uint64_t Queue::busy_ns() const {
+  const int64_t since = busy_since_ns_.load(std::memory_order_relaxed);
+  const int64_t done = busy_ns_.load(std::memory_order_relaxed);
+  return static_cast<uint64_t>(done + (since >= 0 ? std::max<int64_t>(0, now_ns() - since) : 0));
 }
 
 void Queue::run_task(Slot& slot, uint64_t seq) {

@@ -98,6 +98,9 @@ class Queue {
   void raise_pending_error();
   // Raises a recorded failure of a task at or before `seq` (an event's synchronize).
   void raise_error_through(uint64_t seq);
+  // Nanoseconds this queue has spent running tasks (the worker's busy periods, up to now): what
+  // device utilization is measured from. The clock is read only where a busy period starts and ends.
+  uint64_t busy_ns() const;
   const std::string& name() const { return opts_.name; }
   int64_t tag() const { return opts_.tag; }
 
@@ -201,6 +204,8 @@ class Queue {
   alignas(64) std::atomic<uint64_t> completed_{0};
   alignas(64) char pad_[1] = {};
   std::atomic<bool> worker_sleeping_{false};
+  std::atomic<int64_t> busy_ns_{0};        // finished busy periods; written by the worker only
+  std::atomic<int64_t> busy_since_ns_{-1};  // the current busy period's start, -1 when idle
   mutable std::atomic<int> waiters_{0};
   std::atomic<bool> stop_{false};
   // The first failure not yet raised: its task's sequence number, name and exception.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -40,6 +41,8 @@ class Runtime {
   static bool in_forked_child();
   // True once a queue exists (the device was used).
   static bool started();
+  // When the runtime started, on the steady clock (utilization is measured from it).
+  int64_t started_ns() const { return started_ns_; }
   // The visible devices, also in a forked child (0 when the runtime cannot start).
   static int visible_devices() noexcept;
 
@@ -76,6 +79,8 @@ class Runtime {
   void leave_task();
 
   RuntimeOptions opts_;
+  int64_t started_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::steady_clock::now().time_since_epoch()).count();
   std::vector<std::unique_ptr<DeviceMemory>> memory_;
   Queue* make_queue(int device, int id);
 
