@@ -244,6 +244,61 @@ def test_accelerate_trainer_and_tp_from_pretrained(run, subtests, device, tiny_c
     check_clean_exit(r)
 
 
+def _launcher(name: str, port: int) -> list:
+    bin_dir = os.path.dirname(sys.executable)
+    if name == "accelerate-launch":
+        # as users type it: with no config, several neuron devices make accelerate pick --multi_gpu
+        return [os.path.join(bin_dir, "accelerate"), "launch", "--num_processes", "2",
+                "--main_process_port", str(port)]
+    return [os.path.join(bin_dir, "torchrun"), "--nproc-per-node", "2", "--master-port", str(port)]
+
+
+@pytest.mark.skipif(_neuron_skip_reason() is not None, reason=str(_neuron_skip_reason()))
+@pytest.mark.parametrize("launcher", ["accelerate-launch", "torchrun"])
+def test_accelerate_launch_gives_each_rank_its_local_device(tmp_path, launcher):
+    """A user's script under a real launcher, nothing bound before `Accelerator()`: each rank is on
+    neuron:LOCAL_RANK (accelerate's MULTI_NEURON read the current device, 0 on every rank, and DDP
+    failed on rank 1), and DDP's losses and weights are those of the same steps in one process."""
+    import json
+    import subprocess
+
+    import accelerate_ddp as A
+    from accelerate.utils import DistributedType
+
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(os.environ, HF_HOME=str(tmp_path / "hf"), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    cmd = _launcher(launcher, L.free_port()) + [os.path.join(HERE, "accelerate_ddp.py"), str(out)]
+    proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        log, _ = proc.communicate(timeout=150)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 15)  # the elastic agent passes it on to the ranks
+        log, _ = proc.communicate()
+    ranks = {}
+    for r in range(2):
+        path = out / f"rank{r}.json"
+        if path.exists():
+            ranks[r] = json.loads(path.read_text())
+    errors = "\n".join(line for line in log.splitlines() if "Error:" in line)
+    assert proc.returncode == 0 and len(ranks) == 2, \
+        f"{' '.join(cmd)}: rc {proc.returncode}\n{errors}\n--- output tail ---\n{log[-2500:]}"
+
+    model, batches = A.model_and_batches()
+    want_losses = A.train(model, torch.optim.SGD(model.parameters(), lr=0.1), batches)
+    for r, rec in ranks.items():
+        local = rec["local_rank"]
+        assert (rec["accelerator_device"], rec["current_device"], rec["parameter_devices"]) == \
+            (f"neuron:{local}", local, [f"neuron:{local}"]), f"rank {r}: {rec}"
+        assert rec["distributed_type"] == str(DistributedType.MULTI_NEURON)
+        torch.testing.assert_close(rec["losses"], want_losses, atol=1e-5, rtol=1e-5, msg=f"rank {r} losses")
+        for k, v in model.state_dict().items():
+            torch.testing.assert_close(torch.tensor(rec["parameters"][k]), v, atol=1e-5, rtol=1e-5,
+                                       msg=lambda m: f"rank {r} {k}: {m}")
+    assert sorted(rec["local_rank"] for rec in ranks.values()) == [0, 1]
+
+
 # ---- failure behaviour (neuron backend only) ---------------------------------------------------
 
 @pytest.mark.skipif(_neuron_skip_reason() is not None, reason=str(_neuron_skip_reason()))

@@ -58,6 +58,74 @@ def test_from_pretrained_puts_every_tensor_on_neuron_once(tmp_path):
     torch.testing.assert_close(model(input_ids=ids.to(N)).logits.cpu(), cpu(input_ids=ids).logits)
 
 
+@pytest.fixture(scope="module")
+def llama_checkpoint(tmp_path_factory):
+    return saved_llama(tmp_path_factory.mktemp("llama"))
+
+
+@pytest.mark.parametrize("device_map", ["auto", "balanced", "sequential", "max_memory"])
+def test_from_pretrained_device_map_auto_places_the_model_on_neuron(llama_checkpoint, caplog, device_map):
+    """device_map="auto"/"balanced"/"sequential" and max_memory={0: ..., 1: ...} size and place the
+    model on neuron devices, as on CUDA (accelerate's get_max_memory knew no neuron: all on CPU)."""
+    import transformers
+
+    cpu = transformers.AutoModelForCausalLM.from_pretrained(llama_checkpoint)
+    kwargs = {"device_map": device_map}
+    if device_map == "max_memory":  # room for part of the model on neuron:0, the rest on neuron:1
+        size = sum(t.numel() * t.element_size() for t in cpu.parameters())
+        kwargs = {"device_map": "sequential", "max_memory": {0: f"{size * 3 // 4 // 1000}KB", 1: size * 2}}
+    with caplog.at_level("WARNING"):
+        model = transformers.AutoModelForCausalLM.from_pretrained(llama_checkpoint, **kwargs)
+    assert not [r.message for r in caplog.records if "not available" in r.message]
+    placed = {name: str(t.device) for name, t in list(model.named_parameters()) + list(model.named_buffers())}
+    assert {d.split(":")[0] for d in placed.values()} == {"neuron"}, placed
+    # every tensor is where the inferred device map put its module (an integer d is neuron:d);
+    # transformers keeps the map (and dispatches with hooks) only when it spans several devices
+    device_map_of = getattr(model, "hf_device_map", None)
+    if device_map_of is None:
+        assert len(set(placed.values())) == 1, placed
+    else:
+        for name, device in placed.items():
+            module = max((m for m in device_map_of if m == "" or name.startswith(m + ".")), key=len)
+            assert device == f"neuron:{device_map_of[module]}", (name, device, device_map_of[module])
+    if device_map == "sequential":
+        assert set(placed.values()) == {"neuron:0"}
+    if device_map in ("auto", "balanced") and torch.neuron.device_count() > 1:  # spread, as over CUDA GPUs
+        assert len(set(placed.values())) > 1, placed
+    if device_map == "max_memory":
+        assert set(placed.values()) == {"neuron:0", "neuron:1"}, placed
+    ids = torch.randint(0, 96, (1, 10))
+    logits = model(input_ids=ids.to(placed["model.embed_tokens.weight"])).logits
+    torch.testing.assert_close(logits.cpu(), cpu(input_ids=ids).logits, atol=1e-5, rtol=1e-4)
+
+
+def test_accelerate_patches_wrap_what_accelerate_still_does():
+    """torch_neuronx/_patches.py wraps two accelerate functions that know no neuron; when accelerate
+    changes them, this says which patch to review (or drop)."""
+    import inspect
+
+    import accelerate.utils
+    import transformers.integrations.accelerate as hf_accelerate
+    from accelerate.state import PartialState
+    from accelerate.utils import modeling
+
+    get_max_memory = modeling.get_max_memory
+    assert getattr(get_max_memory, "_neuron", False), \
+        "_patches.accelerate_max_memory: accelerate.utils.modeling.get_max_memory is not wrapped"
+    assert accelerate.utils.get_max_memory is get_max_memory is hf_accelerate.accelerate_max_memory, \
+        "_patches.accelerate_max_memory: a caller still holds accelerate's unwrapped get_max_memory"
+    assert "neuron" not in inspect.getsource(get_max_memory.__wrapped__), \
+        "accelerate's get_max_memory now mentions neuron: check that it sizes neuron devices, then drop " \
+        "_patches.accelerate_max_memory"
+
+    set_device = PartialState.set_device
+    assert getattr(set_device, "_neuron", False), \
+        "_patches.accelerate_local_rank_device: accelerate.state.PartialState.set_device is not wrapped"
+    assert 'torch.device("neuron", torch.neuron.current_device())' in inspect.getsource(set_device.__wrapped__), \
+        "accelerate's PartialState.set_device changed its neuron branch: if it now binds the local rank " \
+        "(set_device(local_process_index % device_count())), drop _patches.accelerate_local_rank_device"
+
+
 def _accelerate_losses(cpu: bool):
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState

@@ -1,5 +1,6 @@
-"""Every change this package makes to PyTorch's own Python modules, in one place. Each works
-around one upstream behaviour, named in its docstring; none changes what other devices do."""
+"""Every change this package makes to PyTorch's own Python modules (and to accelerate's), in one
+place. Each works around one upstream behaviour, named in its docstring; none changes what other
+devices do."""
 from __future__ import annotations
 
 import importlib.abc
@@ -160,8 +161,90 @@ def inductor_cpu_like_neuron() -> None:
             module.get_current_backend = current_backend
 
 
+def _rebind(original, replacement, modules: dict) -> None:
+    """Modules that bound `original` by name before it was patched get `replacement`."""
+    for module_name, attrs in modules.items():
+        module = sys.modules.get(module_name)
+        for attr in attrs:
+            if module is not None and getattr(module, attr, None) is original:
+                setattr(module, attr, replacement)
+
+
+def accelerate_max_memory() -> None:
+    """accelerate.utils.modeling.get_max_memory (accelerate 1.15) sizes the integer devices of
+    device_map="auto"/"balanced"/"sequential" with the first accelerator it knows (npu, mlu, sdaa,
+    musa, xpu, hpu, else cuda) and has no neuron branch: on a neuron host it finds no device, so the
+    whole model goes to the CPU, and max_memory={0: ...} warns "Device 0 is not available". Where
+    neuron is PyTorch's current accelerator (an integer device d is then neuron:d, as
+    torch.device(d) says), integer devices are neuron devices: sized by torch.neuron.mem_get_info
+    and checked against torch.neuron.device_count(), as CUDA's are by torch.cuda's. The CPU, MPS
+    and disk entries stay accelerate's."""
+
+    def patch(modeling):
+        original = getattr(modeling, "get_max_memory", None)
+        if original is None or getattr(original, "_neuron", False):
+            return
+
+        def get_max_memory(max_memory=None):
+            accelerator = torch.accelerator.current_accelerator()
+            if accelerator is None or accelerator.type != "neuron":
+                return original(max_memory)
+            count = torch.neuron.device_count()
+            if max_memory is None:
+                sizes = {i: torch.neuron.mem_get_info(i)[0] for i in range(count)}
+                return {**sizes, **original(None)}
+            for key, value in max_memory.items():  # in place, as accelerate does: callers read them back
+                if isinstance(value, str):
+                    max_memory[key] = modeling.convert_file_size_to_int(value)
+            devices = sorted(k for k in max_memory if isinstance(k, int))
+            for d in devices:
+                if not 0 <= d < count:
+                    modeling.logger.warning(
+                        f"Device {d} is not available, available devices are {list(range(count))}")
+            others = original({k: v for k, v in max_memory.items() if not isinstance(k, int)})
+            return {**{d: max_memory[d] for d in devices}, **others}
+
+        get_max_memory._neuron = True
+        get_max_memory.__wrapped__ = original
+        modeling.get_max_memory = get_max_memory
+        _rebind(original, get_max_memory, {"accelerate.utils": ["get_max_memory"],
+                                           "transformers.integrations.accelerate": ["accelerate_max_memory"],
+                                           "diffusers.models.model_loading_utils": ["get_max_memory"],
+                                           "diffusers.pipelines.pipeline_loading_utils": ["get_max_memory"]})
+
+    after_import("accelerate.utils.modeling", patch)
+
+
+def accelerate_local_rank_device() -> None:
+    """accelerate.state.PartialState.set_device (accelerate 1.15) binds a rank of a multi-process
+    CUDA, XPU, NPU... run to its local process's device (`set_device(local_process_index %
+    device_count())`), but for MULTI_NEURON only reads torch.neuron.current_device(), which is 0 in
+    every process that bound nothing: under `accelerate launch` or `torchrun`, every rank got
+    neuron:0. A neuron rank is bound as a CUDA rank is, before accelerate reads the current device."""
+
+    def patch(state):
+        cls = getattr(state, "PartialState", None)
+        original = getattr(cls, "set_device", None)
+        multi_neuron = getattr(getattr(state, "DistributedType", None), "MULTI_NEURON", None)
+        if original is None or multi_neuron is None or getattr(original, "_neuron", False):
+            return
+
+        def set_device(self):
+            if self.device is None and self.distributed_type == multi_neuron:
+                torch.neuron.set_device(self.local_process_index % torch.neuron.device_count())
+            return original(self)
+
+        set_device._neuron = True
+        set_device.__wrapped__ = original
+        cls.set_device = set_device
+
+    after_import("accelerate.state", patch)
+
+
 def install() -> None:
     tensor_printing()
     device_test_naming()
     linear_cross_entropy_defaults()
     dynamo_static_neuron_shapes()
+    accelerate_max_memory()
+    accelerate_local_rank_device()
