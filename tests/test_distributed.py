@@ -21,6 +21,7 @@ HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "distributed")
 sys.path.insert(0, HERE)
 
 import launch as L  # noqa: E402
+from conftest import run_python  # noqa: E402
 import workloads as W  # noqa: E402
 
 LAUNCH_TIMEOUT_S = {2: 180, 4: 240}
@@ -297,6 +298,105 @@ def test_accelerate_launch_gives_each_rank_its_local_device(tmp_path, launcher):
             torch.testing.assert_close(torch.tensor(rec["parameters"][k]), v, atol=1e-5, rtol=1e-5,
                                        msg=lambda m: f"rank {r} {k}: {m}")
     assert sorted(rec["local_rank"] for rec in ranks.values()) == [0, 1]
+
+
+@pytest.mark.parametrize("device", devices())
+def test_tp_from_pretrained_default_adamw_matches_one_process(run, subtests, device, tiny_checkpoint):
+    """Tensor parallelism alone, as users start it (`tp_plan="auto"`), trained with the default
+    AdamW: foreach on neuron, as on CUDA, over lists mixing DTensors and plain tensors."""
+    r, out = run("hf.py", 2, device, "--model-dir", tiny_checkpoint)
+    losses, params = W.adamw_reference(W.ADAMW_STEPS)
+
+    def compare(name):
+        for k, got in enumerate(load(out, name, 2)):
+            assert got["losses"] == pytest.approx(losses, abs=1e-5), (k, got["losses"], losses)
+            assert_params(got["params"], params, 1e-5, 1e-4, f"rank {k}")
+    check_scenarios(subtests, r, "hf_train/", ["tp_adamw"], compare)
+
+
+# What _patches.optimizer_foreach_groups_by_mesh relies on in PyTorch, and what it changes: one
+# process, a one-rank group. Fails loudly if PyTorch stops choosing foreach for such lists, stops
+# grouping through Optimizer._group_tensors_by_device_and_dtype, or starts splitting them itself.
+FOREACH_GROUPS_CHECK = r'''
+import importlib
+import inspect
+import torch
+import torch_neuronx  # noqa: F401
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+import torch.optim.optimizer as optimizer
+from torch.utils._foreach_utils import _get_foreach_kernels_supported_devices
+
+torch.neuron.set_device(0)
+dist.init_process_group("cpu:gloo,neuron:neuron", store=dist.HashStore(), rank=0, world_size=1)
+patched = optimizer.Optimizer._group_tensors_by_device_and_dtype
+upstream = patched.__wrapped__
+
+def params(device):
+    mesh = init_device_mesh(device, (1,))
+    torch.manual_seed(0)
+    ps = [torch.nn.Parameter(torch.randn(8, 4, device=device)),
+          torch.nn.Parameter(distribute_tensor(torch.randn(8, 4, device=device), mesh, [Shard(0)])),
+          torch.nn.Parameter(torch.randn(4, device=device)),
+          torch.nn.Parameter(distribute_tensor(torch.randn(8, device=device), mesh, [Shard(0)]))]
+    for p in ps:
+        p.grad = torch.ones_like(p)
+    return ps
+
+# what PyTorch does, and why the patch exists: foreach is the default for mixed lists on the
+# foreach devices, and upstream grouping puts DTensors and plain tensors in one group
+assert DTensor in optimizer._foreach_supported_types
+assert {"cuda", "neuron"} <= set(_get_foreach_kernels_supported_devices())
+ps = params("neuron")
+assert optimizer._default_to_fused_or_foreach(ps, False) == (False, True)
+groups = upstream([ps, [p.grad for p in ps]], True)
+assert len(groups) == 1, groups.keys()
+# the multi-tensor optimizers group through the patched static method
+adam = importlib.import_module("torch.optim.adam")
+assert "Optimizer._group_tensors_by_device_and_dtype(" in inspect.getsource(adam._multi_tensor_adam)
+try:
+    with torch.no_grad():
+        torch._foreach_mul_(ps, 0.5)
+except RuntimeError as e:
+    assert "got mixed torch.Tensor and DTensor" in str(e), e
+else:
+    raise AssertionError("a foreach kernel over DTensors and plain tensors no longer fails")
+
+# neuron: split by mesh, indices kept, keys unpack as (device, dtype)
+groups = patched([ps, [p.grad for p in ps], []], True)
+assert len(groups) == 2, groups.keys()
+seen = []
+for (device, dtype), (lists, indices) in groups.items():
+    assert device.type == "neuron" and dtype == torch.float32
+    assert len({isinstance(p, DTensor) for p in lists[0]}) == 1 and lists[2] == []
+    assert [ps[i] for i in indices] == lists[0] and [ps[i].grad for i in indices] == lists[1]
+    seen += indices
+assert sorted(seen) == [0, 1, 2, 3]
+# cpu (and every other device): what PyTorch returns, untouched
+cpu = params("cpu")
+assert len(upstream([cpu], True)) == 1
+assert patched([cpu], True).keys() == upstream([cpu], True).keys()
+
+# the default AdamW steps as the per-tensor loop does
+results = []
+for foreach in (None, False):
+    ps = params("neuron")
+    opt = torch.optim.AdamW(ps, foreach=foreach)
+    for _ in range(2):
+        opt.step()
+    results.append([(p.full_tensor() if isinstance(p, DTensor) else p).detach().cpu() for p in ps])
+for a, b in zip(*results):
+    torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+dist.destroy_process_group()
+print("ok")
+'''
+
+
+@pytest.mark.skipif(_neuron_skip_reason(1) is not None, reason=str(_neuron_skip_reason(1)))
+def test_optimizer_foreach_groups_split_dtensors_on_neuron_only():
+    r = run_python(FOREACH_GROUPS_CHECK, env={"LOCAL_RANK": "0"})
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout[-3000:] + r.stderr[-3000:]
 
 
 # ---- failure behaviour (neuron backend only) ---------------------------------------------------

@@ -241,6 +241,79 @@ def accelerate_local_rank_device() -> None:
     after_import("accelerate.state", patch)
 
 
+class _MeshGroupKey(tuple):
+    """The (device, dtype) key of a foreach group, unpacking as before, kept apart from the
+    group of the same device and dtype whose tensors are plain or on another mesh."""
+
+    def __new__(cls, key, mesh):
+        self = super().__new__(cls, key)
+        self.mesh = mesh
+        return self
+
+    def __hash__(self):
+        return hash((tuple(self), self.mesh))
+
+    def __eq__(self, other):
+        return tuple.__eq__(self, other) is True and getattr(other, "mesh", None) == self.mesh
+
+    def __ne__(self, other):
+        return not self == other
+
+
+def optimizer_foreach_groups_by_mesh() -> None:
+    """torch.optim's foreach implementations (adam.py's _multi_tensor_adam and the others) run one
+    foreach kernel per group of Optimizer._group_tensors_by_device_and_dtype, which groups by
+    device and dtype only. torch.distributed.tensor adds DTensor to the types foreach accepts
+    (optimizer._foreach_supported_types), so on the foreach devices (cuda, the PrivateUse1 device:
+    torch.utils._foreach_utils._get_foreach_kernels_supported_devices) the default optimizer over
+    a model whose parameters are only partly DTensors (tensor parallelism alone: transformers'
+    tp_plan shards the projections and leaves embeddings, norms and lm_head plain) puts both in
+    one group, and DTensor refuses the kernel: "aten._foreach_mul_.Scalar got mixed torch.Tensor
+    and DTensor". CUDA fails the same way (nothing on that path depends on the device). On
+    neuron such a group is split by mesh (plain tensors together, each mesh's DTensors together),
+    as transformers' Trainer splits param groups (trainer_optimizer.has_mixed_dtensor): each
+    kernel sees one kind of tensor, and the update is the per-tensor loop's."""
+
+    def patch(optimizer):
+        group = optimizer.Optimizer._group_tensors_by_device_and_dtype
+        if getattr(group, "_neuron", False):
+            return
+
+        def group_tensors_by_device_and_dtype(tensorlistlist, with_indices=False):
+            grouped = group(tensorlistlist, with_indices)
+            if torch.compiler.is_compiling():
+                return grouped
+            dtensor = sys.modules.get("torch.distributed.tensor")  # no DTensor before it is imported
+            if dtensor is None:
+                return grouped
+            out = {}
+            for key, (lists, indices) in grouped.items():
+                device = key[0]
+                meshes = None  # per tensor: its DTensor mesh, None for a plain tensor
+                if getattr(device, "type", None) == "neuron":
+                    meshes = [t.device_mesh if isinstance(t, dtensor.DTensor) else None for t in lists[0]]
+                if meshes is None or len(set(meshes)) < 2:
+                    out[key] = (lists, indices)
+                    continue
+                parts = {}
+                for j, mesh in enumerate(meshes):
+                    part_lists, part_indices = parts.setdefault(mesh, ([[] for _ in lists], []))
+                    for i, tensors in enumerate(lists):
+                        if tensors:  # a list the optimizer does not use (amsgrad's when off) is empty
+                            part_lists[i].append(tensors[j])
+                    if indices:
+                        part_indices.append(indices[j])
+                for mesh, part in parts.items():
+                    out[key if mesh is None else _MeshGroupKey(key, mesh)] = part
+            return out if len(out) > len(grouped) else grouped  # nothing split: PyTorch's own answer
+
+        group_tensors_by_device_and_dtype._neuron = True
+        group_tensors_by_device_and_dtype.__wrapped__ = group
+        optimizer.Optimizer._group_tensors_by_device_and_dtype = staticmethod(group_tensors_by_device_and_dtype)
+
+    after_import("torch.optim.optimizer", patch)
+
+
 def install() -> None:
     tensor_printing()
     device_test_naming()
@@ -248,3 +321,4 @@ def install() -> None:
     dynamo_static_neuron_shapes()
     accelerate_max_memory()
     accelerate_local_rank_device()
+    optimizer_foreach_groups_by_mesh()

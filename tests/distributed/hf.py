@@ -1,7 +1,8 @@
 """Scenario group "hf", a worker of its own: Accelerate sets up the process group (as it does for a
 user's `accelerate launch` or `torchrun` script), then the Trainer trains with DDP, then
 transformers loads a checkpoint tensor-parallel (`from_pretrained(distributed_config=...)`) and
-generates. pytest saves the checkpoint first and compares the generation with one process.
+generates, and loads it again with `tp_plan="auto"` and trains it with the default AdamW. pytest
+saves the checkpoint first and compares the generation and the training with one process.
 
 `python -P hf.py --device {neuron,cpu} --out DIR --model-dir CHECKPOINT`, one per rank.
 """
@@ -80,6 +81,34 @@ def tp_from_pretrained(ctx, check):
     check.true("generated new tokens", tokens.shape[1] > ids.shape[1])
 
 
+def tp_adamw(ctx, check):
+    """`from_pretrained(tp_plan="auto")` then the default AdamW, as a user trains: the plan makes the
+    projections DTensors and leaves embeddings, norms and lm_head plain tensors, so the optimizer's
+    lists mix both. Every rank feeds the same batch; pytest compares with one process."""
+    import transformers
+    from torch.distributed.tensor import DTensor
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        ctx.args.model_dir, distributed_config=transformers.DistributedConfig(tp_plan="auto")).train()
+    params = list(model.parameters())
+    check.equal("DTensor and plain parameters", sorted({isinstance(p, DTensor) for p in params}), [False, True])
+    # the default on an accelerator, as on CUDA: foreach kernels (cpu: the per-tensor loop)
+    check.equal("AdamW defaults to foreach", _default_to_fused_or_foreach(params, False)[1],
+                ctx.device.type != "cpu")
+    opt = torch.optim.AdamW(params)
+    losses = []
+    for step in range(W.ADAMW_STEPS):
+        ids = W.tokens(step).to(ctx.device)
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    state = W.full_state(model)
+    same_on_all_ranks(ctx, check, state)
+    ctx.save("hf_train/tp_adamw", {"losses": losses, "params": state})
+
+
 def main():
     args = common.parse_args(lambda p: p.add_argument("--model-dir", required=True))
     device = common.bind_device(args)
@@ -87,7 +116,7 @@ def main():
     PartialState(cpu=args.device == "cpu")  # initializes the process group, as accelerate does for users
     ctx = common.Context(args, device)
     common.run(ctx, [("hf/accelerate_state", accelerate_state), ("hf/trainer", trainer),
-                     ("hf/tp_from_pretrained", tp_from_pretrained)])
+                     ("hf/tp_from_pretrained", tp_from_pretrained), ("hf_train/tp_adamw", tp_adamw)])
     common.finish()
 
 

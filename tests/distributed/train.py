@@ -106,9 +106,9 @@ def tp(ctx, check):
     ids = W.tokens(0).to(ctx.device)
     out = model(input_ids=ids, labels=ids)
     out.loss.backward()
-    # foreach=False: only the projections are DTensors, and a foreach kernel cannot take DTensors
-    # and plain tensors together (the default on accelerators; cpu defaults to the per-tensor loop)
-    torch.optim.SGD(model.parameters(), lr=W.LR, foreach=False).step()
+    # the default SGD: only the projections are DTensors; on neuron, as on CUDA, the default is a
+    # foreach step over lists mixing them with plain tensors (cpu defaults to the per-tensor loop)
+    torch.optim.SGD(model.parameters(), lr=W.LR).step()
     state = W.full_state(model)
     same_on_all_ranks(ctx, check, state)
     ctx.save("train/tp", {"logits": out.logits, "loss": out.loss.item(), "params": state})

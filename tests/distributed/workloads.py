@@ -113,3 +113,22 @@ def tp_reference():
     out.loss.backward()
     torch.optim.SGD(model.parameters(), lr=LR).step()
     return out.logits.detach(), out.loss.item(), full_state(model)
+
+
+ADAMW_STEPS = 3
+
+
+def adamw_reference(steps: int):
+    """The default AdamW on one process, the same batch every step as every TP rank feeds: per
+    step the loss, then the final parameters."""
+    model = tiny_llama().train()
+    opt = torch.optim.AdamW(model.parameters())
+    losses = []
+    for step in range(steps):
+        ids = tokens(step)
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses, full_state(model)
