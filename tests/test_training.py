@@ -79,3 +79,46 @@ def test_transformer_matches_cpu():
     neuron = train(lm, data, "neuron", steps=10)
     torch.testing.assert_close(neuron, cpu, rtol=1e-4, atol=1e-4)
     assert neuron[-1] < neuron[0]
+
+
+FP16_RECIPE = """
+import json, sys, torch
+device = sys.argv[1]
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler(device, init_scale=2.0 ** 16, growth_interval=2)
+x, y = torch.randn(32, 16), torch.randn(32, 4)
+out = {"losses": [], "scales": []}
+for step in range(6):
+    with torch.autocast(device, dtype=torch.float16):
+        loss = torch.nn.functional.mse_loss(model(x.to(device)).float(), y.to(device))
+    opt.zero_grad()
+    scaler.scale(loss * (float("inf") if step == 2 else 1.0)).backward()  # step 2 overflows: skipped
+    scaler.unscale_(opt)
+    out["grad"] = model[0].weight.grad.float().cpu().tolist()
+    scaler.step(opt)
+    scaler.update()
+    out["losses"].append(loss.item())
+    out["scales"].append(scaler.get_scale())
+print(json.dumps(out))
+"""
+
+
+def test_fp16_grad_scaler_runs_in_strict_mode_like_cpu():
+    """GradScaler.unscale_ took the scale's reciprocal in float64, which Trainium lacks (an error
+    under TORCH_NEURONX_STRICT=1)."""
+    import json
+
+    from conftest import run_python
+
+    runs = {}
+    for device in ("cpu", "neuron"):
+        r = run_python(FP16_RECIPE.replace("sys.argv[1]", repr(device)), {"TORCH_NEURONX_STRICT": "1"})
+        assert r.returncode == 0, r.stderr[-3000:]
+        runs[device] = json.loads(r.stdout.strip().splitlines()[-1])
+    cpu, neuron = runs["cpu"], runs["neuron"]
+    assert neuron["scales"] == cpu["scales"]  # the overflow halved it, the growth interval doubled it
+    assert cpu["scales"][2] == cpu["scales"][1] / 2
+    torch.testing.assert_close(neuron["losses"], cpu["losses"], rtol=2e-3, atol=2e-3)
+    torch.testing.assert_close(torch.tensor(neuron["grad"]), torch.tensor(cpu["grad"]), rtol=2e-3, atol=2e-3)

@@ -89,6 +89,7 @@ def dynamo_static_neuron_shapes() -> None:
             return original(e, tx, source, static_shapes, *args, **kwargs)
 
         automatic_dynamic._neuron = True
+        automatic_dynamic.__wrapped__ = original
         builder._automatic_dynamic = automatic_dynamic
 
     after_import("torch._dynamo.variables.builder", patch)
@@ -314,6 +315,34 @@ def optimizer_foreach_groups_by_mesh() -> None:
     after_import("torch.optim.optimizer", patch)
 
 
+def grad_scaler_float32_reciprocal() -> None:
+    """torch.amp.GradScaler.unscale_ takes the scale's reciprocal in float64
+    (`self._scale.double().reciprocal().float()`) on every device but MPS, which has no float64
+    and takes `self._scale.reciprocal()`. Trainium has no float64 either (it warns, and raises under
+    TORCH_NEURONX_STRICT=1), so a neuron scaler takes MPS's path: for the call, its scale tensor's
+    own `double` answers the tensor itself. The CPU kernel's float32 division is correctly rounded,
+    and scales are powers of two, so the reciprocal has the same bits."""
+    from torch.amp import grad_scaler
+
+    original = grad_scaler.GradScaler.unscale_
+    if getattr(original, "_neuron", False):
+        return
+
+    def unscale_(self, optimizer):
+        scale = self._scale
+        if scale is None or scale.device.type != "neuron":
+            return original(self, optimizer)
+        scale.double = lambda: scale  # an instance attribute, shadowing Tensor.double for this tensor only
+        try:
+            return original(self, optimizer)
+        finally:
+            del scale.double
+
+    unscale_._neuron = True
+    unscale_.__wrapped__ = original
+    grad_scaler.GradScaler.unscale_ = unscale_
+
+
 def install() -> None:
     tensor_printing()
     device_test_naming()
@@ -322,3 +351,4 @@ def install() -> None:
     accelerate_max_memory()
     accelerate_local_rank_device()
     optimizer_foreach_groups_by_mesh()
+    grad_scaler_float32_reciprocal()

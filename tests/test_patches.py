@@ -1,0 +1,68 @@
+"""Each patch of torch_neuronx/_patches.py is in place, and what it patches upstream is still what
+it was written against: a PyTorch upgrade that changes it fails here, naming the patch, instead of
+silently changing what neuron does. (The accelerate and optimizer patches have their guards beside
+their tests: test_hf_stack.py, test_distributed.py.)"""
+import inspect
+
+import pytest
+import torch
+
+from conftest import run_python
+
+
+def _source(fn) -> str:
+    return inspect.getsource(getattr(fn, "__wrapped__", fn))
+
+
+def test_tensor_printing():
+    import torch._tensor_str as ts
+
+    assert getattr(ts._tensor_str, "_neuron", False), "patch tensor_printing is not installed"
+    assert "float64" in _source(ts._Formatter.__init__) or "double" in _source(ts._Formatter.__init__), \
+        "patch tensor_printing: torch._tensor_str no longer formats through float64; the patch may be unneeded"
+    assert str(torch.tensor([1.5], device="neuron")) == "tensor([1.5000], device='neuron:0')"
+
+
+def test_device_test_naming():
+    from torch.testing._internal import common_device_type
+
+    assert common_device_type.PrivateUse1TestBase.device_type == "neuron", "patch device_test_naming"
+
+
+def test_dynamo_static_neuron_shapes():
+    from torch._dynamo.variables import builder
+
+    assert getattr(builder._automatic_dynamic, "_neuron", False), "patch dynamo_static_neuron_shapes is not installed"
+    params = list(inspect.signature(builder._automatic_dynamic.__wrapped__).parameters)
+    assert params[:4] == ["e", "tx", "source", "static_shapes"], \
+        f"patch dynamo_static_neuron_shapes: _automatic_dynamic's parameters changed: {params}"
+
+
+def test_linear_cross_entropy_defaults():
+    try:
+        from torch.nn.modules import linear_cross_entropy_options as lce
+    except ImportError:
+        pytest.skip("this PyTorch has no linear_cross_entropy options")
+    resolve = lce.LinearCrossEntropyOptions._resolve_auto_acc_dtype
+    assert resolve(torch.bfloat16, torch.device("neuron")) == torch.float32, "patch linear_cross_entropy_defaults"
+    assert ("neuron", torch.bfloat16) in lce._AUTO_DEFAULTS, "patch linear_cross_entropy_defaults"
+
+
+def test_inductor_cpu_like_neuron():
+    r = run_python(
+        "import torch, inspect\n"
+        "torch.compile(lambda x: x + 1)(torch.ones(2, device='neuron'))\n"
+        "from torch._inductor import scheduler, utils\n"
+        "assert getattr(scheduler.BaseSchedulerNode.is_cpu, '_neuron', False), 'is_cpu not patched'\n"
+        "assert utils.get_current_backend('neuron') == utils.get_current_backend('cpu'), 'get_current_backend'\n"
+        "print('ok')\n", timeout=300)
+    assert r.stdout.strip().endswith("ok"), "patch inductor_cpu_like_neuron: " + r.stdout + r.stderr[-3000:]
+
+
+def test_grad_scaler_float32_reciprocal():
+    from torch.amp import grad_scaler
+
+    unscale = grad_scaler.GradScaler.unscale_
+    assert getattr(unscale, "_neuron", False), "patch grad_scaler_float32_reciprocal is not installed"
+    assert "self._scale.double().reciprocal().float()" in _source(unscale), \
+        "patch grad_scaler_float32_reciprocal: GradScaler.unscale_ no longer takes the reciprocal in float64"
