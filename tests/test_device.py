@@ -120,3 +120,26 @@ def test_byte_settings_take_units():
     r = run_python("import torch; print(torch.neuron.get_device_properties(0).total_memory)",
                    {"TORCH_NEURONX_HBM_BYTES": "256MiB"})
     assert r.stdout.strip() == str(256 * 2**20), r.stderr
+
+
+CPU_WORK = (
+    "import torch\n"
+    "torch.manual_seed(0)\n"
+    "m = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))\n"
+    "opt = torch.optim.AdamW(m.parameters())\n"
+    "for _ in range(3):\n"
+    "    loss = m(torch.randn(16, 32)).square().mean(); opt.zero_grad(); loss.backward(); opt.step()\n"
+    "print(repr(loss.item()), repr(torch.nonzero(m[0].weight > 0).sum().item()))\n")
+
+
+def test_a_cpu_only_process_keeps_pytorchs_allocator_and_results():
+    """Loading the backend replaced the CPU allocator of every CPU tensor in the process; the
+    redirect a device kernel needs is now installed by the first such kernel."""
+    loaded = run_python(CPU_WORK + "import torch_neuronx\nprint(torch_neuronx._C._cpu_allocator_is_pytorchs())\n"
+                        "torch.nonzero(torch.ones(3, device='neuron')).cpu()\n"
+                        "print(torch_neuronx._C._cpu_allocator_is_pytorchs())\n")
+    plain = run_python(CPU_WORK, {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert loaded.returncode == 0 and plain.returncode == 0, loaded.stderr + plain.stderr
+    out = loaded.stdout.split("\n")
+    assert out[0] == plain.stdout.split("\n")[0]  # the same CPU results, bit for bit
+    assert out[1:3] == ["True", "False"], loaded.stdout  # PyTorch's own until a device kernel needs it

@@ -60,6 +60,8 @@ struct RedirectingCPUAllocator final : c10::Allocator {
   void copy_data(void* dst, const void* src, std::size_t count) const override { std::memcpy(dst, src, count); }
 };
 
+// Installed by the first scope (or the first alias made for a kernel), not when the extension
+// loads: a process that never runs such a kernel keeps PyTorch's CPU allocator untouched.
 RedirectingCPUAllocator& redirecting_allocator() {
   static RedirectingCPUAllocator* a = [] {
     auto* r = new RedirectingCPUAllocator();
@@ -71,13 +73,11 @@ RedirectingCPUAllocator& redirecting_allocator() {
   return *a;
 }
 
-// Installed when the extension loads, before any kernel can allocate.
-const bool installed = (redirecting_allocator(), true);
-
 }  // namespace
 
 KernelAllocScope::KernelAllocScope(c10::DeviceIndex device, c10::StreamId stream)
     : saved_device_(tls_device), saved_stream_(tls_stream) {
+  redirecting_allocator();
   tls_device = device;
   tls_stream = stream;
 }
@@ -88,6 +88,8 @@ KernelAllocScope::~KernelAllocScope() {
 }
 
 c10::Allocator* kernel_cpu_allocator() { return &redirecting_allocator(); }
+
+bool cpu_allocator_is_pytorchs() { return c10::GetCPUAllocator() == c10::GetDefaultCPUAllocator(); }
 
 bool holds_device_memory(const c10::DataPtr& p) {
   if (caching_allocator().owns(p)) return true;

@@ -10,6 +10,7 @@
 #include "core/generator.h"
 #include "core/storage.h"
 #include "exec/executor.h"
+#include "exec/kernel_alloc.h"
 #include "neuronrt/config.h"
 #include "pipeline/op_policy.h"
 #include "pipeline/op_record.h"
@@ -140,6 +141,7 @@ PYBIND11_MODULE(_C, m) {
     for (neuronrt::Queue* q : checked([&] { return runtime().queues_of(d); })) ns += q->busy_ns();
     return ns;
   });
+  m.def("_cpu_allocator_is_pytorchs", [] { return cpu_allocator_is_pytorchs(); });
   m.def("_started_ns", [](int) { return runtime().started_ns(); });
   m.def("_transfer_stats", [] {
     py::dict out;
