@@ -77,6 +77,9 @@ _compile._register_lazily()
 from . import distributed as _distributed  # noqa: E402
 
 _distributed._register()
+from . import multiprocessing as _multiprocessing  # noqa: E402
+
+_multiprocessing.register()
 from .compile import compile_stats, reset_compile_stats  # noqa: E402
 from .ops import (  # noqa: E402
     explain,

@@ -8,10 +8,12 @@
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/generator.h"
+#include "core/shared_storage.h"
 #include "core/storage.h"
 #include "exec/executor.h"
 #include "exec/kernel_alloc.h"
 #include "neuronrt/config.h"
+#include "neuronrt/ipc.h"
 #include "pipeline/op_policy.h"
 #include "pipeline/op_record.h"
 
@@ -141,6 +143,19 @@ PYBIND11_MODULE(_C, m) {
     for (neuronrt::Queue* q : checked([&] { return runtime().queues_of(d); })) ns += q->busy_ns();
     return ns;
   });
+  // torch.multiprocessing of neuron tensors (torch_neuronx/multiprocessing.py).
+  m.def("_share_storage", [](const at::Tensor& t) {
+    const ShareHandle h = share_storage(t.storage());
+    return py::make_tuple(h.mem_fd, h.offset, h.bytes, h.counters_fd, h.slot, h.own_slot);
+  });
+  m.def("_open_shared_tensor", [](int mem_fd, uint64_t offset, uint64_t bytes, int counters_fd, int slot, int device,
+                                  at::ScalarType dtype, std::vector<int64_t> sizes, std::vector<int64_t> strides,
+                                  int64_t storage_offset) {
+    return open_shared_tensor(mem_fd, offset, bytes, counters_fd, slot, static_cast<c10::DeviceIndex>(device), dtype,
+                              sizes, strides, storage_offset);
+  });
+  m.def("_share_count", [](int slot) { return neuronrt::ShareCounters::mine().count(slot); });
+  m.def("_share_release", [](int slot) { neuronrt::ShareCounters::mine().release(slot); });
   m.def("_cpu_allocator_is_pytorchs", [] { return cpu_allocator_is_pytorchs(); });
   m.def("_started_ns", [](int) { return runtime().started_ns(); });
   m.def("_transfer_stats", [] {
