@@ -257,14 +257,6 @@ def test_op_counts_shape_and_reset():
     assert "total" in torch_neuronx.op_report()
 
 
-def test_deprecated_names_are_views_of_op_counts():
-    torch_neuronx.reset_fallback_ops()
-    torch.nonzero(torch.ones(3, device=N))
-    assert torch_neuronx.get_generic_ops() == {"aten::nonzero": 1}
-    assert torch_neuronx.get_fallback_ops() == {}
-    assert torch_neuronx.get_queued_ops().get("aten::fill_.Scalar", 0) >= 1
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_model_ops_match_cpu_and_are_async(dtype):
     torch_neuronx.reset_op_counts()
@@ -515,8 +507,6 @@ def test_policy_setting_forces_a_copy_and_fallback_setting_is_obeyed():
             "torch_neuronx.explain('aten::lgamma'))\n")
     r = run_python(code, {"TORCH_NEURONX_OP_POLICY": "aten::lgamma=copy"})
     assert r.stdout.split() == ["True", "1", "True"], r.stderr
-    r = run_python(code, {"TORCH_NEURONX_FORCE_FALLBACK": "aten::lgamma"})  # the deprecated alias
-    assert r.stdout.split()[1] == "1", r.stderr
     r = run_python("import torch\ntorch.lgamma(torch.rand(3, device='neuron'))",
                    {"TORCH_NEURONX_FALLBACK": "error", "TORCH_NEURONX_OP_POLICY": "aten::lgamma=copy"})
     assert r.returncode != 0 and "TORCH_NEURONX_FALLBACK=error" in r.stderr

@@ -171,6 +171,10 @@ print("end")
 def test_task_errors_reach_events_and_stream_synchronize():
     s = torch.neuron.Stream()
     x = torch.randn(4, 3, device=N)
+    # A clean call of the same signature first: the failing calls below are then queued, and
+    # their errors reach the event and the stream (a signature's first call would raise at once).
+    torch.index_select(x, 0, torch.tensor([1], device=N))
+    torch.neuron.synchronize()
     with torch.neuron.stream(s):
         torch.index_select(x, 0, torch.tensor([9], device=N))
         ev = torch.neuron.Event()

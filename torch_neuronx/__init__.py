@@ -83,15 +83,9 @@ _multiprocessing.register()
 from .compile import compile_stats, reset_compile_stats  # noqa: E402
 from .ops import (  # noqa: E402
     explain,
-    get_fallback_ops,
-    get_generic_ops,
-    get_queued_ops,
     op_counts,
     op_report,
-    reset_fallback_ops,
     reset_op_counts,
 )
 
-__all__ = ["op_counts", "reset_op_counts", "explain", "op_report", "compile_stats", "reset_compile_stats",
-           # deprecated aliases, kept for one release
-           "get_fallback_ops", "reset_fallback_ops", "get_generic_ops", "get_queued_ops"]
+__all__ = ["op_counts", "reset_op_counts", "explain", "op_report", "compile_stats", "reset_compile_stats"]

@@ -60,30 +60,3 @@ def op_report() -> str:
                 lines.append(f"    {n} {mode}: {why}")
     lines.append(f"{'total':<56}{total['async']:>9}{total['sync']:>7}{total['copy']:>7}{total['first_waits']:>9}")
     return "\n".join(lines)
-
-
-# ---- deprecated names, kept for one release (0.1.x); use op_counts() / reset_op_counts() ------
-
-
-def _mode_counts(mode: str) -> dict:
-    return {name: c[mode] for name, c in op_counts().items() if c[mode]}
-
-
-def get_fallback_ops() -> dict:
-    """Deprecated: {op: calls} of copy (CPU fallback) calls; op_counts()[op]["copy"]."""
-    return _mode_counts("copy")
-
-
-def get_generic_ops() -> dict:
-    """Deprecated: {op: calls} of sync calls; op_counts()[op]["sync"]."""
-    return _mode_counts("sync")
-
-
-def get_queued_ops() -> dict:
-    """Deprecated: {op: calls} of async calls; op_counts()[op]["async"]."""
-    return _mode_counts("async")
-
-
-def reset_fallback_ops() -> None:
-    """Deprecated: reset_op_counts()."""
-    reset_op_counts()

@@ -149,24 +149,20 @@ const Override kOverrides[] = {
     {"aten::linalg_eig", kSyncMode, 0, "the CPU's LAPACK kernel returns column-major results where meta says row-major"},
 };
 
-// ---- the user's overrides (TORCH_NEURONX_OP_POLICY, TORCH_NEURONX_FORCE_FALLBACK) ------------
+// ---- the user's overrides (TORCH_NEURONX_OP_POLICY) -------------------------------------------
 
 // Read once; ops are planned once.
 const std::unordered_map<std::string, Mode>& user_modes();
 
-std::unordered_map<std::string, Mode> parse_policy(const std::string& spec, const char* setting, bool copy_only) {
+std::unordered_map<std::string, Mode> parse_policy(const std::string& spec, const char* setting) {
   std::unordered_map<std::string, Mode> out;
   std::stringstream ss(spec);
   std::string item;
   while (std::getline(ss, item, ',')) {
     if (item.empty()) continue;
-    std::string op = item, mode = "copy";
-    if (!copy_only) {
-      const auto eq = item.find('=');
-      TORCH_CHECK_VALUE(eq != std::string::npos, setting, ": '", item, "' is not op=mode (e.g. aten::nonzero=sync)");
-      op = item.substr(0, eq);
-      mode = item.substr(eq + 1);
-    }
+    const auto eq = item.find('=');
+    TORCH_CHECK_VALUE(eq != std::string::npos, setting, ": '", item, "' is not op=mode (e.g. aten::nonzero=sync)");
+    const std::string op = item.substr(0, eq), mode = item.substr(eq + 1);
     TORCH_CHECK_VALUE(op.rfind("aten::", 0) == 0 || op.find("::") != std::string::npos, setting, ": '", op,
                       "' is not an operator name such as aten::add or aten::add.Tensor");
     if (mode == "async") out[op] = Mode::kAsync;
@@ -179,15 +175,9 @@ std::unordered_map<std::string, Mode> parse_policy(const std::string& spec, cons
 
 const std::unordered_map<std::string, Mode>& user_modes() {
   static const auto* modes = [] {
-    auto* m = new std::unordered_map<std::string, Mode>(checked([] {
-      return parse_policy(neuronrt::config::text("TORCH_NEURONX_FORCE_FALLBACK"), "TORCH_NEURONX_FORCE_FALLBACK", true);
+    return new std::unordered_map<std::string, Mode>(checked([] {
+      return parse_policy(neuronrt::config::text("TORCH_NEURONX_OP_POLICY"), "TORCH_NEURONX_OP_POLICY");
     }));
-    for (auto& [op, mode] : checked([] {
-           return parse_policy(neuronrt::config::text("TORCH_NEURONX_OP_POLICY"), "TORCH_NEURONX_OP_POLICY", false);
-         })) {
-      (*m)[op] = mode;
-    }
-    return m;
   }();
   return *modes;
 }

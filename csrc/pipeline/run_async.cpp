@@ -8,23 +8,18 @@
 #include <sstream>
 #include <vector>
 
-#include "core/generator.h"
 #include "core/storage.h"
 #include "exec/device_check.h"
 #include "exec/executor.h"
 #include "exec/ivalue_walk.h"
 #include "exec/tensor_desc.h"
+#include "pipeline/call_args.h"
 #include "pipeline/first_call.h"
 #include "pipeline/runners.h"
 #include "pipeline/shape_cache.h"
 
 namespace torch_neuronx {
 namespace {
-
-bool is_written(const c10::FunctionSchema& schema, size_t i) {
-  const auto& info = schema.arguments()[i].alias_info();
-  return info && info->isWrite();
-}
 
 // What the task holds of a call: its arguments with every tensor replaced by a placeholder, the
 // tensors' descriptors in walk order, and the fresh outputs.
@@ -294,12 +289,6 @@ void size_written_args(const c10::FunctionSchema& schema, c10::IValue* args, con
   }
 }
 
-bool is_generator_type(const c10::TypePtr& type) {
-  if (type->kind() == c10::TypeKind::GeneratorType) return true;
-  auto opt = type->cast<c10::OptionalType>();
-  return opt && opt->getElementType()->kind() == c10::TypeKind::GeneratorType;
-}
-
 }  // namespace
 
 bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stack* stack, std::string* why) {
@@ -360,7 +349,7 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
       key.add_value(c10::IValue());
     } else if (a.isDevice()) {
       const auto d = a.toDevice();
-      if (d.type() == kNeuron) device_arg = d.has_index() ? d.index() : current_device();
+      if (device_arg < 0) device_arg = named_device(a);
       key.add_value(static_cast<int64_t>(d.type()) * 1000 + d.index());
     } else {
       key.add_value(a);
@@ -385,19 +374,13 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
   }
   size_written_args(schema, args, *answer, asked || rec.quiet_resize);
 
-  // What the task needs, read now: the arguments as they are after resizing, a generator for
-  // each random draw (the neuron generator's offset moves past it here, in call order).
+  // What the task needs, read now: the arguments as they are after resizing, in the CPU
+  // kernel's form (a generator for each random draw is taken here, in call order).
   Captured c;
   c.args.reserve(nargs);
   for (size_t i = 0; i < nargs; ++i) {
-    if (is_generator_type(schema.arguments()[i].type()) && (args[i].isNone() || args[i].isGenerator())) {
-      std::optional<at::Generator> g;
-      if (args[i].isGenerator()) g = args[i].toGenerator();
-      c.args.push_back(c10::IValue(resolve_generator(g, device)->cpu_generator_for(numel)));
-      continue;
-    }
-    if (args[i].isDevice() && args[i].toDevice().type() == kNeuron) {
-      c.args.push_back(c10::IValue(c10::Device(c10::kCPU)));
+    if (auto cpu = cpu_form(schema.arguments()[i], args[i], device, numel)) {
+      c.args.push_back(std::move(*cpu));
       continue;
     }
     c.args.push_back(map_tensors(args[i], [&](const at::Tensor& t) {

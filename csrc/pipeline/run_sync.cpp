@@ -10,13 +10,13 @@
 #include <vector>
 
 #include "core/allocator.h"
-#include "core/generator.h"
 #include "core/storage.h"
 #include "exec/device_check.h"
 #include "exec/executor.h"
 #include "exec/ivalue_walk.h"
 #include "exec/kernel_alloc.h"
 #include "exec/tensor_desc.h"
+#include "pipeline/call_args.h"
 #include "pipeline/runners.h"
 
 namespace torch_neuronx {
@@ -96,12 +96,6 @@ void write_back(Translation& tr) {
   }
 }
 
-bool is_generator_type(const c10::TypePtr& type) {
-  if (type->kind() == c10::TypeKind::GeneratorType) return true;
-  auto opt = type->cast<c10::OptionalType>();
-  return opt && opt->getElementType()->kind() == c10::TypeKind::GeneratorType;
-}
-
 }  // namespace
 
 void run_op_sync(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stack* stack, const std::string& why) {
@@ -111,31 +105,22 @@ void run_op_sync(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stack
   DeviceCheck check(rec.name.c_str());
   c10::IValue* args = stack->data() + (stack->size() - nargs);
   for (size_t i = 0; i < nargs; ++i) {
-    const auto& info = schema.arguments()[i].alias_info();
-    const bool written = info && info->isWrite();
+    const bool written = is_written(schema, i);
     for_each_tensor(args[i], [&](const at::Tensor& t) {
       check.add(t, written);
       if (is_neuron(t)) tr.numel += t.numel();
     });
   }
   tr.device = check.device();
-  for (size_t i = 0; i < nargs; ++i) {
-    const auto& info = schema.arguments()[i].alias_info();
-    const bool is_write = info && info->isWrite();
-    args[i] = map_tensors(args[i], [&](const at::Tensor& t) { return is_neuron(t) ? to_alias(tr, t, is_write) : t; });
-    if (args[i].isDevice() && args[i].toDevice().type() == kNeuron) {
-      const auto d = args[i].toDevice();
-      if (tr.device < 0) tr.device = d.has_index() ? d.index() : current_device();
-      args[i] = c10::IValue(c10::Device(c10::kCPU));
-    }
-  }
+  for (size_t i = 0; i < nargs && tr.device < 0; ++i) tr.device = named_device(args[i]);
   if (tr.device < 0) tr.device = current_device();
   for (size_t i = 0; i < nargs; ++i) {
-    if (is_generator_type(schema.arguments()[i].type()) && (args[i].isNone() || args[i].isGenerator())) {
-      std::optional<at::Generator> g;
-      if (args[i].isGenerator()) g = args[i].toGenerator();
-      args[i] = c10::IValue(resolve_generator(g, tr.device)->cpu_generator_for(tr.numel));
+    if (auto cpu = cpu_form(schema.arguments()[i], args[i], tr.device, tr.numel)) {
+      args[i] = std::move(*cpu);
+      continue;
     }
+    const bool written = is_written(schema, i);
+    args[i] = map_tensors(args[i], [&](const at::Tensor& t) { return is_neuron(t) ? to_alias(tr, t, written) : t; });
   }
   if (why.empty()) {
     rec.count(Mode::kSync);

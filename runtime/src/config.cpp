@@ -34,8 +34,6 @@ const std::vector<Setting>& all() {
       {"TORCH_NEURONX_DIST_TRANSPORT", "auto",
        "how the neuron process-group backend moves data: auto (shared memory on one host, gloo across hosts), "
        "shm, or host (gloo, also on one host)"},
-      {"TORCH_NEURONX_FORCE_FALLBACK", "",
-       "deprecated alias, kept for one release: 'aten::a,aten::b' means aten::a=copy,aten::b=copy"},
   };
   return settings;
 }
