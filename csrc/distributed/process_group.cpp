@@ -15,7 +15,7 @@ namespace torch_neuronx {
 namespace {
 
 // Collectives are counted with the ops (torch_neuronx.op_counts()): every call is a queued task.
-OpRecord& record_for(const char* name) {
+OpRecord& collective_record(const char* name) {
   static std::mutex mu;
   static std::map<std::string, OpRecord*> records;
   std::lock_guard<std::mutex> lock(mu);
@@ -192,7 +192,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(const char* name, c10
       }
     });
   });
-  record_for(name).count(Mode::kAsync);
+  collective_record(name).count(Mode::kAsync);
   return c10::make_intrusive<NeuronWork>(rank_, type, stream, &queue, seq, std::move(status), std::move(outputs),
                                          blocking);
 }

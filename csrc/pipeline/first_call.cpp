@@ -4,23 +4,13 @@
 
 #include <algorithm>
 #include <cstring>
-#include <mutex>
-#include <unordered_set>
 
 namespace torch_neuronx {
 namespace {
 
-// Bounded (cleared when full): a cleared entry costs one more wait, nothing else.
-constexpr size_t kMaxEntries = 1 << 16;
-
-struct SignatureHash {
-  size_t operator()(const Signature& s) const { return s.hash(); }
-};
-
-std::mutex mu;
-std::unordered_set<Signature, SignatureHash>& known() {
-  static auto* s = new std::unordered_set<Signature, SignatureHash>();
-  return *s;
+BoundedTable<Signature, bool>& known() {
+  static auto* t = new BoundedTable<Signature, bool>(1 << 16);
+  return *t;
 }
 
 c10::TypePtr unwrap_optional(const c10::TypePtr& t) {
@@ -135,23 +125,10 @@ void Signature::add_sharing(c10::ArrayRef<std::pair<const c10::TensorImpl*, bool
   }
 }
 
-size_t Signature::hash() const {
-  size_t h = 1469598103934665603ULL;
-  for (int64_t w : words_) h = (h ^ static_cast<size_t>(w)) * 1099511628211ULL;
-  return h;
-}
-
 Signature::Signature(const OpRecord& rec) { word(static_cast<int64_t>(reinterpret_cast<uintptr_t>(&rec))); }
 
-bool known_signature(const Signature& sig) {
-  std::lock_guard<std::mutex> lock(mu);
-  return known().count(sig) != 0;
-}
+bool known_signature(const Signature& sig) { return known().find(sig).has_value(); }
 
-void ran_cleanly(Signature sig) {
-  std::lock_guard<std::mutex> lock(mu);
-  if (known().size() >= kMaxEntries) known().clear();
-  known().insert(std::move(sig));
-}
+void ran_cleanly(Signature sig) { known().insert(std::move(sig), true); }
 
 }  // namespace torch_neuronx

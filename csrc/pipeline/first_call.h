@@ -28,10 +28,11 @@
 
 #include "exec/executor.h"
 #include "pipeline/op_record.h"
+#include "pipeline/word_key.h"
 
 namespace torch_neuronx {
 
-class Signature {
+class Signature : public WordKey<16> {
  public:
   explicit Signature(const OpRecord& rec);
   void add_tensor(const at::Tensor& t);
@@ -69,13 +70,9 @@ class Signature {
   // and whether it is written.
   void add_sharing(c10::ArrayRef<std::pair<const c10::TensorImpl*, bool>> tensors);
 
-  size_t hash() const;
-  bool operator==(const Signature& o) const { return words_ == o.words_; }
 
  private:
-  void word(int64_t w) { words_.push_back(w); }
   void add_text(std::string_view s);
-  c10::SmallVector<int64_t, 16> words_;
 };
 
 // Whether `sig` has run cleanly; `ran_cleanly` remembers that it has.

@@ -302,7 +302,7 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
 
   // One walk: the device check, the shape key, the elements a random op draws for.
   DeviceCheck check(rec.name.c_str());
-  ShapeKey key;
+  ShapeKey key(&schema);
   Signature sig(rec);
   bool host_tensor = false;
   int64_t numel = 0;
@@ -364,12 +364,12 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
   if (device < 0) device = device_arg >= 0 ? device_arg : current_device();
 
   std::optional<MetaAnswer> answer;
-  if (key.usable()) answer = find_answer(&schema, key);
+  if (key.usable()) answer = find_answer(key);
   const bool asked = !answer;
   if (asked) {
     MetaAnswer fresh;
     if (!ask_meta(op, rec, args, &fresh, why)) return false;
-    if (key.usable()) remember_answer(&schema, std::move(key), fresh);
+    if (key.usable()) remember_answer(std::move(key), fresh);
     answer = std::move(fresh);
   }
   size_written_args(schema, args, *answer, asked || rec.quiet_resize);

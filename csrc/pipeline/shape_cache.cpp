@@ -2,15 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 
 namespace torch_neuronx {
 namespace {
-
-constexpr size_t kMaxEntries = 8192;
 
 int64_t bits_of(double d) {
   int64_t b;
@@ -18,19 +13,9 @@ int64_t bits_of(double d) {
   return b;
 }
 
-struct Entry {
-  const void* op;
-  ShapeKey key;
-  bool operator==(const Entry& o) const { return op == o.op && key == o.key; }
-};
-struct EntryHash {
-  size_t operator()(const Entry& e) const { return e.key.hash() ^ std::hash<const void*>()(e.op); }
-};
-
-std::mutex mu;
-std::unordered_map<Entry, MetaAnswer, EntryHash>& cache() {
-  static auto* c = new std::unordered_map<Entry, MetaAnswer, EntryHash>();
-  return *c;
+BoundedTable<ShapeKey, MetaAnswer>& answers() {
+  static auto* t = new BoundedTable<ShapeKey, MetaAnswer>(8192);
+  return *t;
 }
 
 }  // namespace
@@ -108,12 +93,6 @@ void ShapeKey::add_value(const c10::IValue& v) {
   }
 }
 
-size_t ShapeKey::hash() const {
-  size_t h = 1469598103934665603ULL;
-  for (int64_t w : words_) h = (h ^ static_cast<size_t>(w)) * 1099511628211ULL;
-  return h;
-}
-
 OutputMeta OutputMeta::of(const at::Tensor& t) {
   OutputMeta m;
   m.defined = t.defined();
@@ -126,17 +105,8 @@ OutputMeta OutputMeta::of(const at::Tensor& t) {
   return m;
 }
 
-std::optional<MetaAnswer> find_answer(const void* op, const ShapeKey& key) {
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache().find(Entry{op, key});
-  if (it == cache().end()) return std::nullopt;
-  return it->second;
-}
+std::optional<MetaAnswer> find_answer(const ShapeKey& key) { return answers().find(key); }
 
-void remember_answer(const void* op, ShapeKey key, MetaAnswer answer) {
-  std::lock_guard<std::mutex> lock(mu);
-  if (cache().size() >= kMaxEntries) cache().clear();
-  cache()[Entry{op, std::move(key)}] = std::move(answer);
-}
+void remember_answer(ShapeKey key, MetaAnswer answer) { answers().insert(std::move(key), std::move(answer)); }
 
 }  // namespace torch_neuronx

@@ -13,21 +13,21 @@
 #include <optional>
 #include <vector>
 
+#include "pipeline/word_key.h"
+
 namespace torch_neuronx {
 
-// Everything meta can see of a call: tensor dtypes, sizes and strides, and argument values.
-// Two calls with equal keys get the same output metadata and pass the same argument checks.
-class ShapeKey {
+// Everything meta can see of a call of `op`: tensor dtypes, sizes and strides, and argument
+// values. Two calls with equal keys get the same output metadata and pass the same argument checks.
+class ShapeKey : public WordKey<32> {
  public:
+  explicit ShapeKey(const void* op) { add(static_cast<int64_t>(reinterpret_cast<uintptr_t>(op))); }
   void add_tensor(const at::Tensor& t);
   void add_value(const c10::IValue& v);  // a value no key can hold makes the key unusable
   bool usable() const { return usable_; }
-  size_t hash() const;
-  bool operator==(const ShapeKey& o) const { return words_ == o.words_; }
 
  private:
-  void add(int64_t w) { words_.push_back(w); }
-  c10::SmallVector<int64_t, 32> words_;
+  void add(int64_t w) { word(w); }
   bool usable_ = true;
 };
 
@@ -47,8 +47,7 @@ struct MetaAnswer {
   std::vector<int> output_counts;   // per fresh return: -1 for a Tensor, else the Tensor[]'s length
 };
 
-// Bounded (it is cleared when full): shapes that never repeat must not grow it without limit.
-std::optional<MetaAnswer> find_answer(const void* op, const ShapeKey& key);
-void remember_answer(const void* op, ShapeKey key, MetaAnswer answer);
+std::optional<MetaAnswer> find_answer(const ShapeKey& key);
+void remember_answer(ShapeKey key, MetaAnswer answer);
 
 }  // namespace torch_neuronx
