@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.requirements-stamp
 RT_BUILD := build/runtime-tests
 RT_CMAKE := -G Ninja -DNEURONX_BUILD_EXTENSION=OFF -DNEURONX_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all sysdeps venv install runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile bench-collectives conformance hf-matrix clean
+.PHONY: all sysdeps venv install lint runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile bench-collectives conformance hf-matrix clean
 
 all: install
 
@@ -28,7 +28,7 @@ install: sysdeps venv
 	$(PIP) install -q --disable-pip-version-check --no-build-isolation --no-deps .
 
 runtime-tests: sysdeps
-	cmake -S . -B $(RT_BUILD) -G Ninja -DNEURONX_BUILD_EXTENSION=OFF -DNEURONX_BUILD_TESTS=ON >/dev/null
+	cmake -S . -B $(RT_BUILD) $(RT_CMAKE) >/dev/null
 	cmake --build $(RT_BUILD)
 
 test-runtime: runtime-tests
@@ -46,10 +46,19 @@ test-runtime-sanitizers: sysdeps
 	cmake --build build/runtime-tsan
 	TSAN_OPTIONS=halt_on_error=1 build/runtime-tsan/runtime_tests --gtest_brief=1
 
-test-python: install
-	$(VENV)/bin/pytest tests -q -x -p no:cacheprovider
+# ruff (pyproject.toml) for Python, clang-format (.clang-format) for C++; the compilers' warnings
+# are on for every target (CMakeLists.txt).
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/clang-format --dry-run -Werror $$(git ls-files 'csrc/*.cpp' 'csrc/*.h' 'runtime/*.cpp' 'runtime/*.h')
 
-test: test-runtime test-runtime-sanitizers test-python
+# pytest-randomly runs the tests in a new random order each time (the seed is printed first):
+# every test must pass alone and after any other; --randomly-seed=N replays an order.
+test-python: install
+	@seed=$$(date +%s); echo "tests in random order: --randomly-seed=$$seed"; \
+	$(VENV)/bin/pytest tests -q -x -p no:cacheprovider -p randomly --randomly-seed=$$seed
+
+test: lint test-runtime test-runtime-sanitizers test-python
 
 demo: install
 	$(PY) -P -m torch_neuronx.demo

@@ -83,8 +83,8 @@ def worker():
     if rank == 0:
         print(f"torch {torch.__version__}, {world} ranks on one host, {os.cpu_count()} cores; "
               f"neuron transport: {torch_neuronx.distributed.transport()}")
-        print(f"bus bandwidth GB/s (higher is better); ratio = neuron / gloo; memcpy = one process "
-              f"copying the buffer\n")
+        print("bus bandwidth GB/s (higher is better); ratio = neuron / gloo; memcpy = one process "
+              "copying the buffer\n")
         print(f"{'op':<12}{'size':>10}{'neuron':>10}{'gloo':>10}{'memcpy':>10}{'vs gloo':>9}{'vs memcpy':>11}")
     for name in ("all_reduce", "all_gather", "reduce_scatter"):
         for size in SIZES:

@@ -17,7 +17,6 @@ import time
 
 import torch
 
-import torch_neuronx
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -100,7 +99,8 @@ print(total, backend, torch_neuronx.compile_stats()["cache_hits"])
 
 
 def first_step_seconds(cache_dir):
-    env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "_TORCH_NEURONX_INDUCTOR_CACHE_DIR")}
+    inductor_dirs = ("TORCHINDUCTOR_CACHE_DIR", "_TORCH_NEURONX_INDUCTOR_CACHE_DIR")
+    env = {k: v for k, v in os.environ.items() if k not in inductor_dirs}
     env["TORCH_NEURONX_CACHE_DIR"] = cache_dir
     code = FIRST_STEP.format(here=os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run([sys.executable, "-P", "-c", code], env=env, capture_output=True, text=True, check=True)

@@ -55,8 +55,9 @@ def tiny_llama(device):
     import transformers
 
     h = SIZE["hidden"]
-    cfg = transformers.LlamaConfig(vocab_size=512, hidden_size=h, intermediate_size=2 * h, num_hidden_layers=SIZE["layers"],
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    cfg = transformers.LlamaConfig(vocab_size=512, hidden_size=h, intermediate_size=2 * h,
+                                   num_hidden_layers=SIZE["layers"], num_attention_heads=4, num_key_value_heads=2,
+                                   max_position_embeddings=256)
     torch.manual_seed(0)
     return transformers.AutoModelForCausalLM.from_config(cfg).to(device)
 
@@ -89,8 +90,8 @@ def unet_training(device):
     torch.manual_seed(0)
     s = SIZE["image"]
     model = UNet2DModel(sample_size=s, in_channels=3, out_channels=3, block_out_channels=(32, 64), layers_per_block=1,
-                        down_block_types=("DownBlock2D", "AttnDownBlock2D"), up_block_types=("AttnUpBlock2D", "UpBlock2D"),
-                        norm_num_groups=8).to(device)
+                        down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+                        up_block_types=("AttnUpBlock2D", "UpBlock2D"), norm_num_groups=8).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     sched = DDPMScheduler(num_train_timesteps=100)
     g = torch.Generator().manual_seed(3)
@@ -131,7 +132,8 @@ def main():
         SIZE.update(hidden=128, layers=4, batch=4, seq=64, image=32)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; neuron = {torch.neuron.get_device_name()}")
     print(f"size {args.size} {SIZE}; best of {args.rounds} alternating rounds of {args.iters} steps\n")
-    print(f"{'workload':<32}{'cpu /s':>12}{'neuron /s':>12}{'speed-up':>10}  {'unit':<8}target >= 1.5   neuron op calls")
+    print(f"{'workload':<32}{'cpu /s':>12}{'neuron /s':>12}{'speed-up':>10}  {'unit':<8}"
+          "target >= 1.5   neuron op calls")
     for name, make in WORKLOADS.items():
         steps = {d: make(d) for d in ("cpu", "neuron")}
         for d, (step, _, _) in steps.items():

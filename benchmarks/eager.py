@@ -57,7 +57,8 @@ def main():
         "where [64,64]": lambda d: (lambda a: lambda: torch.where(a > 0, a, -a))(torch.randn(64, 64, device=d)),
         "layer_norm bf16 [512,1024]": lambda d: (lambda a: lambda: F.layer_norm(a, (1024,)))(
             torch.randn(512, 1024, dtype=torch.bfloat16, device=d)),
-        "sdpa causal [2,8,128,64]": lambda d: (lambda q: lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True))(
+        "sdpa causal [2,8,128,64]": lambda d: (
+            lambda q: lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True))(
             torch.randn(2, 8, 128, 64, device=d)),
     }
     torch_neuronx.reset_op_counts()

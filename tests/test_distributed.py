@@ -121,7 +121,8 @@ def assert_updates(got: dict, ref: dict, init: dict, rel: float, label: str):
 COLLECTIVES = ["broadcast", "all_reduce_sum", "all_reduce_avg", "all_reduce_min", "all_reduce_max",
                "all_reduce_product", "all_reduce_coalesced", "reduce[", "all_gather[", "all_gather_into_tensor",
                "reduce_scatter[", "reduce_scatter_tensor", "all_to_all[", "all_to_all_uneven", "all_to_all_single",
-               "send_recv", "isend_irecv", "batch_isend_irecv", "barrier", "gather[", "scatter[", "async_op", "functional", "objects"]
+               "send_recv", "isend_irecv", "batch_isend_irecv", "barrier", "gather[", "scatter[", "async_op",
+               "functional", "objects"]
 
 
 @pytest.mark.parametrize("nproc", [2, 4])

@@ -249,8 +249,9 @@ def _sft_losses(tmp_path, cpu):
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(llama_config(
         vocab=len(tokenizer), pad_token_id=tokenizer.pad_token_id, bos_token_id=2, eos_token_id=3))
-    args = SFTConfig(output_dir=str(tmp_path / ("cpu" if cpu else "neuron")), max_steps=4, per_device_train_batch_size=4,
-                     logging_steps=1, report_to=[], use_cpu=cpu, seed=0, disable_tqdm=True)
+    args = SFTConfig(output_dir=str(tmp_path / ("cpu" if cpu else "neuron")), max_steps=4,
+                     per_device_train_batch_size=4, logging_steps=1, report_to=[], use_cpu=cpu, seed=0,
+                     disable_tqdm=True)
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_dict({"text": lines * 4}),
                          processing_class=tokenizer)
     trainer.train()

@@ -11,7 +11,7 @@ A = torch.randn(4, 5)
 B = torch.randn(4, 5)
 ROW = torch.randn(5)
 POS = torch.rand(4, 5) + 0.1
-I = torch.randint(-5, 5, (4, 5))
+INTS = torch.randint(-5, 5, (4, 5))
 BOOL = torch.rand(4, 5) > 0.5
 M1, M2 = torch.randn(3, 4), torch.randn(4, 6)
 BM1, BM2 = torch.randn(2, 3, 4), torch.randn(2, 4, 6)
@@ -29,14 +29,14 @@ CASES = {
     "mul_cpu_scalar_tensor": (lambda a: a * torch.tensor(2.0), (A,)),
     "div": (lambda a, b: a / b, (A, POS)),
     "div_floor": (lambda a, b: torch.div(a, b, rounding_mode="floor"), (A, POS)),
-    "int_float_promotion": (lambda i, a: i + a, (I, A)),
-    "int_true_div": (lambda i: i / 2, (I,)),
+    "int_float_promotion": (lambda i, a: i + a, (INTS, A)),
+    "int_true_div": (lambda i: i / 2, (INTS,)),
     "pow": (lambda p: p ** 2.5, (POS,)),
     "pow_tensor": (lambda p, b: torch.pow(p, b), (POS, B)),
-    "remainder": (lambda i: i % 3, (I,)),
+    "remainder": (lambda i: i % 3, (INTS,)),
     "compare": (lambda a, b: (a < b, a >= b, a == a, a != b), (A, B)),
     "logical": (lambda m: (m & ~m, m | m, m ^ m), (BOOL,)),
-    "bitwise": (lambda i: (i & 3, i | 1, i ^ 2), (I,)),
+    "bitwise": (lambda i: (i & 3, i | 1, i ^ 2), (INTS,)),
     "maximum": (lambda a, b: (torch.maximum(a, b), torch.minimum(a, b)), (A, B)),
     "unary": (lambda a: (a.exp(), a.abs(), a.neg(), a.sin(), a.cos(), a.tanh(), a.sigmoid(), a.erf(),
                         a.floor(), a.ceil(), a.round(), a.sign()), (A,)),
@@ -52,9 +52,10 @@ CASES = {
     "any_all": (lambda m: (m.any(), m.all(1), m.any(0)), (BOOL,)),
     "cumsum": (lambda a: (a.cumsum(1), a.cumprod(0), torch.logsumexp(a, 1)), (A,)),
     "mm": (lambda x, y: (x @ y, torch.mm(x, y)), (M1, M2)),
-    "bmm": (lambda x, y: (torch.bmm(x, y), torch.matmul(x, y), torch.baddbmm(on(x, torch.ones(2, 3, 6)), x, y)), (BM1, BM2)),
-    "addmm_linear": (lambda x, y: (torch.addmm(on(x, torch.ones(6)), x, y, beta=0.5), F.linear(x, y.t(), on(x, torch.ones(6)))),
-                     (M1, M2)),
+    "bmm": (lambda x, y: (torch.bmm(x, y), torch.matmul(x, y), torch.baddbmm(on(x, torch.ones(2, 3, 6)), x, y)),
+            (BM1, BM2)),
+    "addmm_linear": (lambda x, y: (torch.addmm(on(x, torch.ones(6)), x, y, beta=0.5),
+                                   F.linear(x, y.t(), on(x, torch.ones(6)))), (M1, M2)),
     "softmax": (lambda a: (a.softmax(1), a.log_softmax(0), F.softmax(a, -1, dtype=torch.bfloat16)), (A,)),
     "layer_norm": (lambda a: F.layer_norm(a, (5,), on(a, torch.ones(5) * 2), on(a, torch.zeros(5) + 1)), (A,)),
     "rms_norm": (lambda a: F.rms_norm(a, (5,), on(a, torch.ones(5) * 0.5)), (A,)),
@@ -70,13 +71,15 @@ CASES = {
     "index_copy_put": (lambda a, b: (a.index_copy(0, on(a, torch.tensor([3, 0])), b[:2]),
                                      a.index_put((on(a, torch.tensor([0, 1])),), torch.tensor(9.0))), (A, B)),
     "topk_sort": (lambda a: (*a.topk(2, 1), *a.sort(0), a.argsort(1, descending=True)), (A,)),
-    "unique_nonzero": (lambda i: (torch.unique(i), i.nonzero()), (I,)),
+    "unique_nonzero": (lambda i: (torch.unique(i), i.nonzero()), (INTS,)),
     "tril_triu": (lambda a: (a.tril(), a.triu(1)), (A,)),
     "sdpa": (lambda q: (F.scaled_dot_product_attention(q, q * 2, q + 1, is_causal=True),
-                        F.scaled_dot_product_attention(q, q, q, attn_mask=on(q, torch.ones(3, 3, dtype=torch.bool).tril()))),
+                        F.scaled_dot_product_attention(q, q, q,
+                                                       attn_mask=on(q, torch.ones(3, 3, dtype=torch.bool).tril()))),
              (torch.randn(2, 2, 3, 4),)),
     "losses": (lambda logits: (F.cross_entropy(logits, on(logits, torch.tensor([1, 0, 4, 2]))),
-                               F.nll_loss(logits.log_softmax(1), on(logits, torch.tensor([1, 0, 4, 2])), reduction="sum"),
+                               F.nll_loss(logits.log_softmax(1), on(logits, torch.tensor([1, 0, 4, 2])),
+                                          reduction="sum"),
                                F.mse_loss(logits, logits * 0.5)), (A,)),
     "dtypes": (lambda a: (a.to(torch.bfloat16) * 2, a.half() + 1, a.to(torch.int32), a.bool()), (A,)),
 }
@@ -197,8 +200,8 @@ def test_inplace_out_and_resize():
     ("masked_fill_ overflow", lambda x: x.clone().masked_fill_(x > 0, 1e300), None),
     ("masked_scatter_ mask wider than self",
      lambda x: x[0].clone().masked_scatter_(torch.ones(3, 4, dtype=torch.bool, device=x.device), x), "sizes provided"),
-    ("aminmax out= dtype", lambda x: torch.aminmax(x, out=(torch.empty(0, dtype=torch.float64, device=x.device),
-                                                           torch.empty(0, dtype=torch.float64, device=x.device))), None),
+    ("aminmax out= dtype", lambda x: torch.aminmax(
+        x, out=tuple(torch.empty(0, dtype=torch.float64, device=x.device) for _ in range(2))), None),
     ("conv2d dilation 0", lambda x: F.conv2d(x[None, None], x[None, None, :2, :2], dilation=0), None),
     ("conv2d negative padding", lambda x: F.conv2d(x[None, None], x[None, None, :2, :2], padding=-1), None),
     ("bucketize 2-D boundaries", lambda x: torch.bucketize(x, x), None),

@@ -88,7 +88,8 @@ def test_an_empty_call_that_ran_cleanly_does_not_queue_a_full_one():
     """CPU kernels return early for no elements, before their dtype checks: bool mm of an empty
     matrix runs, of a full one raises. The full call must still raise at the call (issue 12)."""
     def call(dev, rows):
-        return torch.mm(torch.ones(rows, 3, dtype=torch.bool, device=dev), torch.ones(3, 2, dtype=torch.bool, device=dev))
+        ones = torch.ones(rows, 3, dtype=torch.bool, device=dev)
+        return torch.mm(ones, torch.ones(3, 2, dtype=torch.bool, device=dev))
 
     assert call(N, 0).cpu().shape == call("cpu", 0).shape == (0, 2)
     with pytest.raises(RuntimeError) as on_cpu:
@@ -404,7 +405,8 @@ def test_attention_is_async_and_exact():
 def test_attention_where_the_cpu_takes_the_math_path():
     """Dropout: the CPU takes the math decomposition; neuron too, not its fused entry."""
     q = torch.randn(1, 2, 4, 8, device=N)
-    assert torch._fused_sdp_choice(q, q, q, dropout_p=0.5) == torch._fused_sdp_choice(q.cpu(), q.cpu(), q.cpu(), dropout_p=0.5)
+    c = q.cpu()
+    assert torch._fused_sdp_choice(q, q, q, dropout_p=0.5) == torch._fused_sdp_choice(c, c, c, dropout_p=0.5)
     torch_neuronx.reset_op_counts()
     out = F.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
     assert out.shape == q.shape
@@ -424,8 +426,8 @@ def test_random_ops_are_async_and_follow_the_seed():
     assert not torch.neuron.current_stream().query()
     torch.neuron.manual_seed(7)
     torch.testing.assert_close(torch.randn(1000, device=N).cpu(), a.cpu())
-    torch.testing.assert_close(torch.empty(50, device=N).uniform_(generator=torch.Generator(device=N).manual_seed(3)).cpu(),
-                               b.cpu())
+    seeded = torch.Generator(device=N).manual_seed(3)
+    torch.testing.assert_close(torch.empty(50, device=N).uniform_(generator=seeded).cpu(), b.cpu())
     assert 0.9 < a.std().item() < 1.1
     c = torch_neuronx.op_counts()
     assert c["aten::normal_"]["sync"] == 0 and c["aten::uniform_"]["sync"] == 0

@@ -5,7 +5,6 @@ import io
 import pytest
 import torch
 
-import torch_neuronx
 from conftest import run_python
 
 

@@ -50,8 +50,8 @@ def _unet_run(device):
 
     torch.manual_seed(0)
     model = UNet2DModel(sample_size=8, in_channels=3, out_channels=3, block_out_channels=(16, 32), layers_per_block=1,
-                        down_block_types=("DownBlock2D", "AttnDownBlock2D"), up_block_types=("AttnUpBlock2D", "UpBlock2D"),
-                        norm_num_groups=8).to(device)
+                        down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+                        up_block_types=("AttnUpBlock2D", "UpBlock2D"), norm_num_groups=8).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     sched = DDPMScheduler(num_train_timesteps=50)
     g = torch.Generator().manual_seed(2)

@@ -29,14 +29,15 @@ int64_t choose_sdp_kernel(const Tensor& query, const Tensor& key, const Tensor& 
   // The CPU's rules read only shapes, strides, dtypes and flags.
   const int64_t cpu =
       at::native::_fused_sdp_choice_cpp(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa);
-  return cpu == static_cast<int64_t>(sdp::SDPBackend::flash_attention) ? static_cast<int64_t>(sdp::SDPBackend::overrideable)
-                                                                        : cpu;
+  return cpu == static_cast<int64_t>(sdp::SDPBackend::flash_attention)
+             ? static_cast<int64_t>(sdp::SDPBackend::overrideable)
+             : cpu;
 }
 
 OpRecord& fused_rec = typed_op("aten::_scaled_dot_product_fused_attention_overrideable",
                                "the CPU's flash attention (aten::_scaled_dot_product_flash_attention_for_cpu)");
-OpRecord& fused_backward_rec = typed_op("aten::_scaled_dot_product_fused_attention_overrideable_backward",
-                                        "the CPU's flash attention backward");
+OpRecord& fused_backward_rec =
+    typed_op("aten::_scaled_dot_product_fused_attention_overrideable_backward", "the CPU's flash attention backward");
 
 // `out` laid out as the meta kernels lay it out: in the dimension order of `query`'s strides (or
 // key's, value's for their gradients). The CPU kernel may give another order, and compiled code
@@ -65,8 +66,15 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, c10::SymInt, c10::SymInt, Tensor, Ten
       at::_scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, attn_bias, scale);
   const Tensor seed = at::empty({}, query.options().dtype(at::kLong));
   const Tensor offset = at::empty({}, query.options().dtype(at::kLong));
-  return {in_query_layout(query, out), logsumexp.contiguous(), Tensor(), Tensor(), c10::SymInt(query.size(-2)),
-          c10::SymInt(key.size(-2)), seed, offset, Tensor()};
+  return {in_query_layout(query, out),
+          logsumexp.contiguous(),
+          Tensor(),
+          Tensor(),
+          c10::SymInt(query.size(-2)),
+          c10::SymInt(key.size(-2)),
+          seed,
+          offset,
+          Tensor()};
 }
 
 std::tuple<Tensor, Tensor, Tensor, Tensor> fused_attention_backward(
@@ -75,13 +83,13 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> fused_attention_backward(
     const Tensor& /*cum_seq_k*/, c10::SymInt /*max_q*/, c10::SymInt /*max_k*/, double dropout_p, bool is_causal,
     const Tensor& /*philox_seed*/, const Tensor& /*philox_offset*/, std::optional<double> scale) {
   // The CPU's flash kernel gives no gradient of the mask; the CPU picks it only when none is needed.
-  TORCH_CHECK(!grad_input_mask[3], "neuron: scaled_dot_product_attention's fused kernel gives no gradient of "
-                                   "attn_mask; pass a mask that does not require grad");
+  TORCH_CHECK(!grad_input_mask[3],
+              "neuron: scaled_dot_product_attention's fused kernel gives no gradient of "
+              "attn_mask; pass a mask that does not require grad");
   fused_backward_rec.count(Mode::kAsync);
   const std::optional<Tensor> mask = attn_bias.defined() ? std::optional<Tensor>(attn_bias) : std::nullopt;
-  auto [gq, gk, gv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(grad_out, query, key, value, out,
-                                                                               logsumexp, dropout_p, is_causal, mask,
-                                                                               scale);
+  auto [gq, gk, gv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+      grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, mask, scale);
   return {in_query_layout(query, gq), in_query_layout(key, gk), in_query_layout(value, gv), Tensor()};
 }
 

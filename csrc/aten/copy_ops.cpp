@@ -15,10 +15,11 @@
 namespace torch_neuronx {
 namespace {
 
-const bool described = (typed_op("aten::copy_", "a transfer: a copy task on the stream (a memcpy when both layouts "
-                                  "are contiguous and alike); from or to pageable host memory the caller waits for it. "
-                                  "Counted in bytes by torch.neuron.transfer_stats(), not as an op"),
-                         true);
+const bool described = (typed_op("aten::copy_",
+                                 "a transfer: a copy task on the stream (a memcpy when both layouts "
+                                 "are contiguous and alike); from or to pageable host memory the caller waits for it. "
+                                 "Counted in bytes by torch.neuron.transfer_stats(), not as an op"),
+                        true);
 
 bool memcpy_able(const at::Tensor& a, const at::Tensor& b) {
   return a.dtype() == b.dtype() && a.sizes() == b.sizes() && a.is_contiguous() && b.is_contiguous() &&
@@ -45,8 +46,7 @@ HostOrDevice hold(const at::Tensor& t) {
 
 // A memcpy when the layouts agree, else ATen's CPU copy (dtype conversion, strides, broadcasting)
 // over views of both sides, as a task on `device`'s current stream.
-void queue_copy(const at::Tensor& dst, const at::Tensor& src, c10::DeviceIndex device, int direction,
-                bool wait) {
+void queue_copy(const at::Tensor& dst, const at::Tensor& src, c10::DeviceIndex device, int direction, bool wait) {
   TORCH_CHECK(src.const_data_ptr() != nullptr || src.numel() == 0,
               "neuron: copy_ from a tensor without memory (a zero tensor); materialize it first");
   auto& q = current_queue(device);

@@ -30,10 +30,18 @@ void fast_loop(FastOp op, T* out, const T* a, const T* b, int64_t n) {
     const float x = static_cast<float>(a[i]), y = static_cast<float>(b[i]);
     float r;
     switch (op) {
-      case FastOp::kAdd: r = x + y; break;
-      case FastOp::kSub: r = x - y; break;
-      case FastOp::kMul: r = x * y; break;
-      default: r = x / y; break;
+      case FastOp::kAdd:
+        r = x + y;
+        break;
+      case FastOp::kSub:
+        r = x - y;
+        break;
+      case FastOp::kMul:
+        r = x * y;
+        break;
+      default:
+        r = x / y;
+        break;
     }
     out[i] = static_cast<T>(r);
   }

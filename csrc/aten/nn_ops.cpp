@@ -1,38 +1,38 @@
 // Softmax, losses, gather/scatter/index, top-k/sort, triangular, fill and dropout.
+#include <ATen/core/Reduction.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/_softmax_cpu_dispatch.h>
-#include <ATen/ops/_softmax_meta.h>
+#include <ATen/ops/_log_softmax_backward_data_cpu_dispatch.h>
+#include <ATen/ops/_log_softmax_backward_data_meta.h>
 #include <ATen/ops/_log_softmax_cpu_dispatch.h>
 #include <ATen/ops/_log_softmax_meta.h>
 #include <ATen/ops/_softmax_backward_data_cpu_dispatch.h>
 #include <ATen/ops/_softmax_backward_data_meta.h>
-#include <ATen/ops/_log_softmax_backward_data_cpu_dispatch.h>
-#include <ATen/ops/_log_softmax_backward_data_meta.h>
-#include <ATen/ops/nll_loss_forward_cpu_dispatch.h>
-#include <ATen/ops/nll_loss_forward_meta.h>
-#include <ATen/ops/nll_loss_backward_cpu_dispatch.h>
-#include <ATen/ops/nll_loss_backward_meta.h>
-#include <ATen/ops/mse_loss_cpu_dispatch.h>
-#include <ATen/ops/mse_loss_meta.h>
+#include <ATen/ops/_softmax_cpu_dispatch.h>
+#include <ATen/ops/_softmax_meta.h>
 #include <ATen/ops/gather_cpu_dispatch.h>
 #include <ATen/ops/gather_meta.h>
-#include <ATen/ops/scatter_cpu_dispatch.h>
-#include <ATen/ops/scatter_meta.h>
-#include <ATen/ops/scatter_add_cpu_dispatch.h>
-#include <ATen/ops/scatter_add_meta.h>
 #include <ATen/ops/index_add_cpu_dispatch.h>
 #include <ATen/ops/index_add_meta.h>
 #include <ATen/ops/index_copy_cpu_dispatch.h>
 #include <ATen/ops/index_copy_meta.h>
-#include <ATen/ops/topk_cpu_dispatch.h>
-#include <ATen/ops/topk_meta.h>
+#include <ATen/ops/mse_loss_cpu_dispatch.h>
+#include <ATen/ops/mse_loss_meta.h>
+#include <ATen/ops/nll_loss_backward_cpu_dispatch.h>
+#include <ATen/ops/nll_loss_backward_meta.h>
+#include <ATen/ops/nll_loss_forward_cpu_dispatch.h>
+#include <ATen/ops/nll_loss_forward_meta.h>
+#include <ATen/ops/scatter_add_cpu_dispatch.h>
+#include <ATen/ops/scatter_add_meta.h>
+#include <ATen/ops/scatter_cpu_dispatch.h>
+#include <ATen/ops/scatter_meta.h>
 #include <ATen/ops/sort_cpu_dispatch.h>
 #include <ATen/ops/sort_meta.h>
+#include <ATen/ops/topk_cpu_dispatch.h>
+#include <ATen/ops/topk_meta.h>
 #include <ATen/ops/tril_cpu_dispatch.h>
 #include <ATen/ops/tril_meta.h>
 #include <ATen/ops/triu_cpu_dispatch.h>
 #include <ATen/ops/triu_meta.h>
-#include <ATen/core/Reduction.h>
 #include <torch/library.h>
 
 #include "aten/structured_macros.h"
@@ -90,8 +90,7 @@ NX_FIO(index_copy, "index_copy", "index_copy_", "index_copy.out", structured_ind
 NX_FO2(topk, "topk", "topk.values", structured_topk, topk_out,
        (const Tensor& self, int64_t k, int64_t dim, bool largest, bool sorted), (self, k, dim, largest, sorted))
 NX_FO2(sort_stable, "sort.stable", "sort.values_stable", structured_sort_stable, sort_out,
-       (const Tensor& self, std::optional<bool> stable, int64_t dim, bool descending),
-       (self, stable, dim, descending))
+       (const Tensor& self, std::optional<bool> stable, int64_t dim, bool descending), (self, stable, dim, descending))
 NX_FIO(tril, "tril", "tril_", "tril.out", structured_tril, tril_out, (, int64_t diagonal), (, diagonal))
 NX_FIO(triu, "triu", "triu_", "triu.out", structured_triu, triu_out, (, int64_t diagonal), (, diagonal))
 

@@ -1,151 +1,151 @@
 // Elementwise ops (unary, binary, activations and their backward), asynchronous on the stream.
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/conj_physical.h>
 #include <ATen/ops/add_cpu_dispatch.h>
+#include <ATen/ops/add_meta.h>
 #include <ATen/ops/addcdiv_cpu_dispatch.h>
+#include <ATen/ops/addcdiv_meta.h>
 #include <ATen/ops/addcmul_cpu_dispatch.h>
+#include <ATen/ops/addcmul_meta.h>
 #include <ATen/ops/atan2_cpu_dispatch.h>
+#include <ATen/ops/atan2_meta.h>
 #include <ATen/ops/bitwise_and_cpu_dispatch.h>
+#include <ATen/ops/bitwise_and_meta.h>
 #include <ATen/ops/bitwise_not_cpu_dispatch.h>
+#include <ATen/ops/bitwise_not_meta.h>
 #include <ATen/ops/bitwise_or_cpu_dispatch.h>
+#include <ATen/ops/bitwise_or_meta.h>
 #include <ATen/ops/bitwise_xor_cpu_dispatch.h>
+#include <ATen/ops/bitwise_xor_meta.h>
 #include <ATen/ops/ceil_cpu_dispatch.h>
+#include <ATen/ops/ceil_meta.h>
 #include <ATen/ops/clamp_cpu_dispatch.h>
 #include <ATen/ops/clamp_max_cpu_dispatch.h>
-#include <ATen/ops/clamp_min_cpu_dispatch.h>
-#include <ATen/ops/cos_cpu_dispatch.h>
-#include <ATen/ops/cosh_cpu_dispatch.h>
-#include <ATen/ops/div_cpu_dispatch.h>
-#include <ATen/ops/elu_backward_cpu_dispatch.h>
-#include <ATen/ops/elu_cpu_dispatch.h>
-#include <ATen/ops/eq_cpu_dispatch.h>
-#include <ATen/ops/erf_cpu_dispatch.h>
-#include <ATen/ops/erfc_cpu_dispatch.h>
-#include <ATen/ops/erfinv_cpu_dispatch.h>
-#include <ATen/ops/exp2_cpu_dispatch.h>
-#include <ATen/ops/exp_cpu_dispatch.h>
-#include <ATen/ops/expm1_cpu_dispatch.h>
-#include <ATen/ops/floor_cpu_dispatch.h>
-#include <ATen/ops/fmod_cpu_dispatch.h>
-#include <ATen/ops/frac_cpu_dispatch.h>
-#include <ATen/ops/ge_cpu_dispatch.h>
-#include <ATen/ops/gelu_backward_cpu_dispatch.h>
-#include <ATen/ops/gelu_cpu_dispatch.h>
-#include <ATen/ops/gt_cpu_dispatch.h>
-#include <ATen/ops/hardsigmoid_cpu_dispatch.h>
-#include <ATen/ops/hypot_cpu_dispatch.h>
-#include <ATen/ops/le_cpu_dispatch.h>
-#include <ATen/ops/leaky_relu_backward_cpu_dispatch.h>
-#include <ATen/ops/leaky_relu_cpu_dispatch.h>
-#include <ATen/ops/lerp_cpu_dispatch.h>
-#include <ATen/ops/log10_cpu_dispatch.h>
-#include <ATen/ops/log1p_cpu_dispatch.h>
-#include <ATen/ops/log2_cpu_dispatch.h>
-#include <ATen/ops/log_cpu_dispatch.h>
-#include <ATen/ops/logaddexp_cpu_dispatch.h>
-#include <ATen/ops/lt_cpu_dispatch.h>
-#include <ATen/ops/maximum_cpu_dispatch.h>
-#include <ATen/ops/minimum_cpu_dispatch.h>
-#include <ATen/ops/mish_cpu_dispatch.h>
-#include <ATen/ops/mul_cpu_dispatch.h>
-#include <ATen/ops/ne_cpu_dispatch.h>
-#include <ATen/ops/neg_cpu_dispatch.h>
-#include <ATen/ops/pow_cpu_dispatch.h>
-#include <ATen/ops/reciprocal_cpu_dispatch.h>
-#include <ATen/ops/remainder_cpu_dispatch.h>
-#include <ATen/ops/round_cpu_dispatch.h>
-#include <ATen/ops/rsqrt_cpu_dispatch.h>
-#include <ATen/ops/sgn_cpu_dispatch.h>
-#include <ATen/ops/sigmoid_backward_cpu_dispatch.h>
-#include <ATen/ops/sigmoid_cpu_dispatch.h>
-#include <ATen/ops/sign_cpu_dispatch.h>
-#include <ATen/ops/silu_backward_cpu_dispatch.h>
-#include <ATen/ops/silu_cpu_dispatch.h>
-#include <ATen/ops/sin_cpu_dispatch.h>
-#include <ATen/ops/sinh_cpu_dispatch.h>
-#include <ATen/ops/softplus_backward_cpu_dispatch.h>
-#include <ATen/ops/softplus_cpu_dispatch.h>
-#include <ATen/ops/sqrt_cpu_dispatch.h>
-#include <ATen/ops/sub_cpu_dispatch.h>
-#include <ATen/ops/tan_cpu_dispatch.h>
-#include <ATen/ops/tanh_backward_cpu_dispatch.h>
-#include <ATen/ops/tanh_cpu_dispatch.h>
-#include <ATen/ops/threshold_backward_cpu_dispatch.h>
-#include <ATen/ops/threshold_cpu_dispatch.h>
-#include <ATen/ops/trunc_cpu_dispatch.h>
-#include <ATen/ops/xlogy_cpu_dispatch.h>
-#include <ATen/ops/add_meta.h>
-#include <ATen/ops/addcdiv_meta.h>
-#include <ATen/ops/addcmul_meta.h>
-#include <ATen/ops/atan2_meta.h>
-#include <ATen/ops/bitwise_and_meta.h>
-#include <ATen/ops/bitwise_not_meta.h>
-#include <ATen/ops/bitwise_or_meta.h>
-#include <ATen/ops/bitwise_xor_meta.h>
-#include <ATen/ops/ceil_meta.h>
-#include <ATen/ops/clamp_meta.h>
 #include <ATen/ops/clamp_max_meta.h>
+#include <ATen/ops/clamp_meta.h>
+#include <ATen/ops/clamp_min_cpu_dispatch.h>
 #include <ATen/ops/clamp_min_meta.h>
+#include <ATen/ops/conj_physical.h>
+#include <ATen/ops/cos_cpu_dispatch.h>
 #include <ATen/ops/cos_meta.h>
+#include <ATen/ops/cosh_cpu_dispatch.h>
 #include <ATen/ops/cosh_meta.h>
+#include <ATen/ops/div_cpu_dispatch.h>
 #include <ATen/ops/div_meta.h>
+#include <ATen/ops/elu_backward_cpu_dispatch.h>
 #include <ATen/ops/elu_backward_meta.h>
+#include <ATen/ops/elu_cpu_dispatch.h>
 #include <ATen/ops/elu_meta.h>
+#include <ATen/ops/eq_cpu_dispatch.h>
 #include <ATen/ops/eq_meta.h>
+#include <ATen/ops/erf_cpu_dispatch.h>
 #include <ATen/ops/erf_meta.h>
+#include <ATen/ops/erfc_cpu_dispatch.h>
 #include <ATen/ops/erfc_meta.h>
+#include <ATen/ops/erfinv_cpu_dispatch.h>
 #include <ATen/ops/erfinv_meta.h>
+#include <ATen/ops/exp2_cpu_dispatch.h>
 #include <ATen/ops/exp2_meta.h>
+#include <ATen/ops/exp_cpu_dispatch.h>
 #include <ATen/ops/exp_meta.h>
+#include <ATen/ops/expm1_cpu_dispatch.h>
 #include <ATen/ops/expm1_meta.h>
+#include <ATen/ops/floor_cpu_dispatch.h>
 #include <ATen/ops/floor_meta.h>
+#include <ATen/ops/fmod_cpu_dispatch.h>
 #include <ATen/ops/fmod_meta.h>
+#include <ATen/ops/frac_cpu_dispatch.h>
 #include <ATen/ops/frac_meta.h>
+#include <ATen/ops/ge_cpu_dispatch.h>
 #include <ATen/ops/ge_meta.h>
+#include <ATen/ops/gelu_backward_cpu_dispatch.h>
 #include <ATen/ops/gelu_backward_meta.h>
+#include <ATen/ops/gelu_cpu_dispatch.h>
 #include <ATen/ops/gelu_meta.h>
+#include <ATen/ops/gt_cpu_dispatch.h>
 #include <ATen/ops/gt_meta.h>
+#include <ATen/ops/hardsigmoid_cpu_dispatch.h>
 #include <ATen/ops/hardsigmoid_meta.h>
+#include <ATen/ops/hypot_cpu_dispatch.h>
 #include <ATen/ops/hypot_meta.h>
+#include <ATen/ops/le_cpu_dispatch.h>
 #include <ATen/ops/le_meta.h>
+#include <ATen/ops/leaky_relu_backward_cpu_dispatch.h>
 #include <ATen/ops/leaky_relu_backward_meta.h>
+#include <ATen/ops/leaky_relu_cpu_dispatch.h>
 #include <ATen/ops/leaky_relu_meta.h>
+#include <ATen/ops/lerp_cpu_dispatch.h>
 #include <ATen/ops/lerp_meta.h>
+#include <ATen/ops/log10_cpu_dispatch.h>
 #include <ATen/ops/log10_meta.h>
+#include <ATen/ops/log1p_cpu_dispatch.h>
 #include <ATen/ops/log1p_meta.h>
+#include <ATen/ops/log2_cpu_dispatch.h>
 #include <ATen/ops/log2_meta.h>
+#include <ATen/ops/log_cpu_dispatch.h>
 #include <ATen/ops/log_meta.h>
+#include <ATen/ops/logaddexp_cpu_dispatch.h>
 #include <ATen/ops/logaddexp_meta.h>
+#include <ATen/ops/lt_cpu_dispatch.h>
 #include <ATen/ops/lt_meta.h>
+#include <ATen/ops/maximum_cpu_dispatch.h>
 #include <ATen/ops/maximum_meta.h>
+#include <ATen/ops/minimum_cpu_dispatch.h>
 #include <ATen/ops/minimum_meta.h>
+#include <ATen/ops/mish_cpu_dispatch.h>
 #include <ATen/ops/mish_meta.h>
+#include <ATen/ops/mul_cpu_dispatch.h>
 #include <ATen/ops/mul_meta.h>
+#include <ATen/ops/ne_cpu_dispatch.h>
 #include <ATen/ops/ne_meta.h>
+#include <ATen/ops/neg_cpu_dispatch.h>
 #include <ATen/ops/neg_meta.h>
+#include <ATen/ops/pow_cpu_dispatch.h>
 #include <ATen/ops/pow_meta.h>
+#include <ATen/ops/reciprocal_cpu_dispatch.h>
 #include <ATen/ops/reciprocal_meta.h>
+#include <ATen/ops/remainder_cpu_dispatch.h>
 #include <ATen/ops/remainder_meta.h>
+#include <ATen/ops/round_cpu_dispatch.h>
 #include <ATen/ops/round_meta.h>
+#include <ATen/ops/rsqrt_cpu_dispatch.h>
 #include <ATen/ops/rsqrt_meta.h>
+#include <ATen/ops/sgn_cpu_dispatch.h>
 #include <ATen/ops/sgn_meta.h>
+#include <ATen/ops/sigmoid_backward_cpu_dispatch.h>
 #include <ATen/ops/sigmoid_backward_meta.h>
+#include <ATen/ops/sigmoid_cpu_dispatch.h>
 #include <ATen/ops/sigmoid_meta.h>
+#include <ATen/ops/sign_cpu_dispatch.h>
 #include <ATen/ops/sign_meta.h>
+#include <ATen/ops/silu_backward_cpu_dispatch.h>
 #include <ATen/ops/silu_backward_meta.h>
+#include <ATen/ops/silu_cpu_dispatch.h>
 #include <ATen/ops/silu_meta.h>
+#include <ATen/ops/sin_cpu_dispatch.h>
 #include <ATen/ops/sin_meta.h>
+#include <ATen/ops/sinh_cpu_dispatch.h>
 #include <ATen/ops/sinh_meta.h>
+#include <ATen/ops/softplus_backward_cpu_dispatch.h>
 #include <ATen/ops/softplus_backward_meta.h>
+#include <ATen/ops/softplus_cpu_dispatch.h>
 #include <ATen/ops/softplus_meta.h>
+#include <ATen/ops/sqrt_cpu_dispatch.h>
 #include <ATen/ops/sqrt_meta.h>
+#include <ATen/ops/sub_cpu_dispatch.h>
 #include <ATen/ops/sub_meta.h>
+#include <ATen/ops/tan_cpu_dispatch.h>
 #include <ATen/ops/tan_meta.h>
+#include <ATen/ops/tanh_backward_cpu_dispatch.h>
 #include <ATen/ops/tanh_backward_meta.h>
+#include <ATen/ops/tanh_cpu_dispatch.h>
 #include <ATen/ops/tanh_meta.h>
+#include <ATen/ops/threshold_backward_cpu_dispatch.h>
 #include <ATen/ops/threshold_backward_meta.h>
+#include <ATen/ops/threshold_cpu_dispatch.h>
 #include <ATen/ops/threshold_meta.h>
+#include <ATen/ops/trunc_cpu_dispatch.h>
 #include <ATen/ops/trunc_meta.h>
+#include <ATen/ops/xlogy_cpu_dispatch.h>
 #include <ATen/ops/xlogy_meta.h>
 #include <torch/library.h>
 
@@ -174,7 +174,7 @@ struct neuron_structured_gelu_backward : structured_gelu_backward {
 namespace torch_neuronx {
 
 #define NX_SAME_SHAPE(M) \
-  template <>        \
+  template <>            \
   struct SameShapeElementwise<at::meta::M> : std::true_type {};
 NX_SAME_SHAPE(structured_add_Tensor)
 NX_SAME_SHAPE(structured_sub_Tensor)
@@ -237,7 +237,7 @@ NX_UNARY(mish)
 NX_UNARY(hardsigmoid)
 NX_UNARY(bitwise_not)
 
-#define NX_BINARY(op, ov, outname) \
+#define NX_BINARY(op, ov, outname)                                                                \
   NX_FIO(op##_##ov, #op "." #ov, #op "_." #ov, #op "." outname, structured_##op##_##ov, op##_out, \
          (, const Tensor& other), (, other))
 NX_FIO(add, "add.Tensor", "add_.Tensor", "add.out", structured_add_Tensor, add_out,
@@ -260,7 +260,7 @@ NX_BINARY(le, Tensor, "Tensor_out")
 NX_BINARY(gt, Tensor, "Tensor_out")
 NX_BINARY(ge, Tensor, "Tensor_out")
 NX_BINARY(xlogy, Tensor, "OutTensor")
-#define NX_COMPARE_SCALAR(op) \
+#define NX_COMPARE_SCALAR(op)                                                                               \
   NX_FIO(op##_Scalar, #op ".Scalar", #op "_.Scalar", #op ".Scalar_out", structured_##op##_Scalar, op##_out, \
          (, const Scalar& other), (, other))
 NX_COMPARE_SCALAR(eq)
@@ -316,13 +316,12 @@ NX_FO(tanh_backward, "tanh_backward", "tanh_backward.grad_input", structured_tan
 NX_FO(silu_backward, "silu_backward", "silu_backward.grad_input", structured_silu_backward, silu_backward_out,
       (const Tensor& grad_output, const Tensor& self), (grad_output, self))
 NX_FO(gelu_backward, "gelu_backward", "gelu_backward.grad_input", neuron_structured_gelu_backward, gelu_backward_out,
-      (const Tensor& grad_output, const Tensor& self, c10::string_view approximate),
-      (grad_output, self, approximate))
+      (const Tensor& grad_output, const Tensor& self, c10::string_view approximate), (grad_output, self, approximate))
 NX_FO(threshold_backward, "threshold_backward", "threshold_backward.grad_input", structured_threshold_backward,
       threshold_backward_out, (const Tensor& grad_output, const Tensor& self, const Scalar& threshold),
       (grad_output, self, threshold))
-NX_FO(leaky_relu_backward, "leaky_relu_backward", "leaky_relu_backward.grad_input",
-      structured_leaky_relu_backward, leaky_relu_backward_out,
+NX_FO(leaky_relu_backward, "leaky_relu_backward", "leaky_relu_backward.grad_input", structured_leaky_relu_backward,
+      leaky_relu_backward_out,
       (const Tensor& grad_output, const Tensor& self, const Scalar& slope, bool self_is_result),
       (grad_output, self, slope, self_is_result))
 NX_FO(softplus_backward, "softplus_backward", "softplus_backward.grad_input", structured_softplus_backward,
@@ -330,15 +329,13 @@ NX_FO(softplus_backward, "softplus_backward", "softplus_backward.grad_input", st
       (const Tensor& grad_output, const Tensor& self, const Scalar& beta, const Scalar& threshold),
       (grad_output, self, beta, threshold))
 NX_FO(elu_backward, "elu_backward", "elu_backward.grad_input", structured_elu_backward, elu_backward_out,
-      (const Tensor& grad_output, const Scalar& alpha, const Scalar& scale, const Scalar& input_scale,
-       bool is_result, const Tensor& self_or_result),
+      (const Tensor& grad_output, const Scalar& alpha, const Scalar& scale, const Scalar& input_scale, bool is_result,
+       const Tensor& self_or_result),
       (grad_output, alpha, scale, input_scale, is_result, self_or_result))
 
 // ATen's in-place conj_physical_ calls the kernel stub of the tensor's device directly, and the
 // stub has no neuron entry; its out= form writing self is the same computation, as a neuron op.
-at::Tensor& conj_physical_(at::Tensor& self) {
-  return self.is_complex() ? at::conj_physical_out(self, self) : self;
-}
+at::Tensor& conj_physical_(at::Tensor& self) { return self.is_complex() ? at::conj_physical_out(self, self) : self; }
 const bool conj_described =
     (typed_op("aten::conj_physical_", "conj_physical.out writing self (its out= form, a neuron op)"), true);
 

@@ -32,9 +32,10 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
   return {out, mask};
 }
 
-const bool described = (typed_op("aten::native_dropout", "composed of bernoulli_ (drawing from the neuron "
-                                  "generator) and multiplications, each async"),
-                         true);
+const bool described = (typed_op("aten::native_dropout",
+                                 "composed of bernoulli_ (drawing from the neuron "
+                                 "generator) and multiplications, each async"),
+                        true);
 
 }  // namespace
 

@@ -1,43 +1,43 @@
 // Reductions, scans and the matmul family, asynchronous on the stream.
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/sum_cpu_dispatch.h>
-#include <ATen/ops/sum_meta.h>
-#include <ATen/ops/mean_cpu_dispatch.h>
-#include <ATen/ops/mean_meta.h>
+#include <ATen/ops/addmm_cpu_dispatch.h>
+#include <ATen/ops/addmm_meta.h>
+#include <ATen/ops/addmv_cpu_dispatch.h>
+#include <ATen/ops/addmv_meta.h>
+#include <ATen/ops/all_cpu_dispatch.h>
+#include <ATen/ops/all_meta.h>
 #include <ATen/ops/amax_cpu_dispatch.h>
 #include <ATen/ops/amax_meta.h>
 #include <ATen/ops/amin_cpu_dispatch.h>
 #include <ATen/ops/amin_meta.h>
+#include <ATen/ops/any_cpu_dispatch.h>
+#include <ATen/ops/any_meta.h>
 #include <ATen/ops/argmax_cpu_dispatch.h>
 #include <ATen/ops/argmax_meta.h>
 #include <ATen/ops/argmin_cpu_dispatch.h>
 #include <ATen/ops/argmin_meta.h>
-#include <ATen/ops/prod_cpu_dispatch.h>
-#include <ATen/ops/prod_meta.h>
-#include <ATen/ops/max_cpu_dispatch.h>
-#include <ATen/ops/max_meta.h>
-#include <ATen/ops/min_cpu_dispatch.h>
-#include <ATen/ops/min_meta.h>
-#include <ATen/ops/cumsum_cpu_dispatch.h>
-#include <ATen/ops/cumsum_meta.h>
-#include <ATen/ops/cumprod_cpu_dispatch.h>
-#include <ATen/ops/cumprod_meta.h>
-#include <ATen/ops/linalg_vector_norm_cpu_dispatch.h>
-#include <ATen/ops/linalg_vector_norm_meta.h>
-#include <ATen/ops/any_cpu_dispatch.h>
-#include <ATen/ops/any_meta.h>
-#include <ATen/ops/all_cpu_dispatch.h>
-#include <ATen/ops/all_meta.h>
-#include <ATen/ops/mm_cpu_dispatch.h>
-#include <ATen/ops/mm_meta.h>
-#include <ATen/ops/bmm_cpu_dispatch.h>
-#include <ATen/ops/bmm_meta.h>
-#include <ATen/ops/addmm_cpu_dispatch.h>
-#include <ATen/ops/addmm_meta.h>
 #include <ATen/ops/baddbmm_cpu_dispatch.h>
 #include <ATen/ops/baddbmm_meta.h>
-#include <ATen/ops/addmv_cpu_dispatch.h>
-#include <ATen/ops/addmv_meta.h>
+#include <ATen/ops/bmm_cpu_dispatch.h>
+#include <ATen/ops/bmm_meta.h>
+#include <ATen/ops/cumprod_cpu_dispatch.h>
+#include <ATen/ops/cumprod_meta.h>
+#include <ATen/ops/cumsum_cpu_dispatch.h>
+#include <ATen/ops/cumsum_meta.h>
+#include <ATen/ops/linalg_vector_norm_cpu_dispatch.h>
+#include <ATen/ops/linalg_vector_norm_meta.h>
+#include <ATen/ops/max_cpu_dispatch.h>
+#include <ATen/ops/max_meta.h>
+#include <ATen/ops/mean_cpu_dispatch.h>
+#include <ATen/ops/mean_meta.h>
+#include <ATen/ops/min_cpu_dispatch.h>
+#include <ATen/ops/min_meta.h>
+#include <ATen/ops/mm_cpu_dispatch.h>
+#include <ATen/ops/mm_meta.h>
+#include <ATen/ops/prod_cpu_dispatch.h>
+#include <ATen/ops/prod_meta.h>
+#include <ATen/ops/sum_cpu_dispatch.h>
+#include <ATen/ops/sum_meta.h>
 #include <torch/library.h>
 
 #include <tuple>
@@ -66,8 +66,7 @@ NX_FO(argmax, "argmax", "argmax.out", structured_argmax, argmax_out,
 NX_FO(argmin, "argmin", "argmin.out", structured_argmin, argmin_out,
       (const Tensor& self, std::optional<int64_t> dim, bool keepdim), (self, dim, keepdim))
 NX_FO(prod_dim, "prod.dim_int", "prod.int_out", structured_prod_dim_int, prod_out,
-      (const Tensor& self, int64_t dim, bool keepdim, std::optional<at::ScalarType> dtype),
-      (self, dim, keepdim, dtype))
+      (const Tensor& self, int64_t dim, bool keepdim, std::optional<at::ScalarType> dtype), (self, dim, keepdim, dtype))
 NX_FO2(max_dim, "max.dim", "max.dim_max", structured_max_dim, max_out, (const Tensor& self, int64_t dim, bool keepdim),
        (self, dim, keepdim))
 NX_FO2(min_dim, "min.dim", "min.dim_min", structured_min_dim, min_out, (const Tensor& self, int64_t dim, bool keepdim),
@@ -105,8 +104,7 @@ NX_FO_K(bmm, "bmm", "bmm.out", structured_bmm, product_kernel<0>(NX_CPU_OUT(bmm_
 NX_FIO_K(addmm, "addmm", "addmm_", "addmm.out", structured_addmm, product_kernel<1>(NX_CPU_OUT(addmm_out)),
          (, const Tensor& mat1, const Tensor& mat2, const Scalar& beta, const Scalar& alpha),
          (, mat1, mat2, beta, alpha))
-NX_FIO_K(baddbmm, "baddbmm", "baddbmm_", "baddbmm.out", structured_baddbmm,
-         product_kernel<1>(NX_CPU_OUT(baddbmm_out)),
+NX_FIO_K(baddbmm, "baddbmm", "baddbmm_", "baddbmm.out", structured_baddbmm, product_kernel<1>(NX_CPU_OUT(baddbmm_out)),
          (, const Tensor& batch1, const Tensor& batch2, const Scalar& beta, const Scalar& alpha),
          (, batch1, batch2, beta, alpha))
 NX_FIO(addmv, "addmv", "addmv_", "addmv.out", structured_addmv, addmv_out,

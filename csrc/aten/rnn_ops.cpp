@@ -18,7 +18,8 @@
 namespace torch_neuronx {
 namespace {
 
-at::Tensor with_biases(const at::Tensor& gates, const std::optional<at::Tensor>& a, const std::optional<at::Tensor>& b) {
+at::Tensor with_biases(const at::Tensor& gates, const std::optional<at::Tensor>& a,
+                       const std::optional<at::Tensor>& b) {
   at::Tensor g = gates;
   if (a.has_value() && a->defined()) g = g + *a;
   if (b.has_value() && b->defined()) g = g + *b;
@@ -77,8 +78,8 @@ std::tuple<at::Tensor, at::Tensor> gru_cell(const at::Tensor& input_gates, const
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> gru_cell_backward(const at::Tensor& grad_hy,
-                                                                                        const at::Tensor& workspace,
-                                                                                        bool has_bias) {
+                                                                                         const at::Tensor& workspace,
+                                                                                         bool has_bias) {
   auto w = workspace.chunk(5, 1);
   const at::Tensor &r = w[0], &z = w[1], &n = w[2], &hx = w[3], &hn = w[4];
   at::Tensor grad_hx = grad_hy * z;

@@ -3,6 +3,8 @@
 // sizes; PyTorch's own layout-generic kernels build it, read it and copy it. Sparse arithmetic
 // (add, mm, coalesce, to_dense, ...) has no device kernel: it runs on the host, its tensors copied
 // there and back, counted per op as a CPU fallback (TORCH_NEURONX_FALLBACK applies).
+#include "aten/sparse_ops.h"
+
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -30,7 +32,6 @@
 
 #include <vector>
 
-#include "aten/sparse_ops.h"
 #include "core/storage.h"
 #include "exec/device_check.h"
 #include "exec/ivalue_walk.h"

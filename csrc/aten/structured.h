@@ -64,7 +64,9 @@ T capture(const T& v) {
 
 // Back from the captured form to what at::cpu:: functions take (on the worker).
 template <class T>
-const T& pass(const T& v) { return v; }
+const T& pass(const T& v) {
+  return v;
+}
 inline at::Tensor pass(const TensorDesc& d) { return d.view(); }
 inline std::optional<at::Tensor> pass(const std::optional<TensorDesc>& d) {
   if (!d.has_value()) return std::nullopt;
@@ -81,7 +83,9 @@ inline at::OptionalIntArrayRef pass(const std::optional<std::vector<int64_t>>& v
 
 // Structured meta functions take optional tensors and scalars by reference wrappers.
 template <class T>
-const T& meta_arg(const T& v) { return v; }
+const T& meta_arg(const T& v) {
+  return v;
+}
 inline at::OptionalTensorRef meta_arg(const std::optional<at::Tensor>& t) {
   return t.has_value() && t->defined() ? at::OptionalTensorRef(*t) : at::OptionalTensorRef();
 }
@@ -118,8 +122,8 @@ struct FunctionalOp final : Meta {
                               at::TensorOptions options) override {
     const auto dtype = c10::typeMetaToScalarType(options.dtype());
     if (strides.empty()) {
-      outputs_[i] = empty_neuron(sizes, dtype, device,
-                                 options.memory_format_opt().value_or(c10::MemoryFormat::Contiguous));
+      outputs_[i] =
+          empty_neuron(sizes, dtype, device, options.memory_format_opt().value_or(c10::MemoryFormat::Contiguous));
     } else {
       outputs_[i] = empty_neuron(sizes, strides, dtype, device);
     }
@@ -137,8 +141,8 @@ struct OutOp final : Meta {
   void set_output_raw_strided(int64_t i, at::IntArrayRef sizes, at::IntArrayRef strides,
                               at::TensorOptions options) override {
     const auto& out = outputs_[i].get();
-    TORCH_CHECK(options.dtype() == out.dtype(), "Expected out tensor to have dtype ", options.dtype(),
-                ", but got ", out.dtype(), " instead");
+    TORCH_CHECK(options.dtype() == out.dtype(), "Expected out tensor to have dtype ", options.dtype(), ", but got ",
+                out.dtype(), " instead");
     TORCH_CHECK(out.device().type() == kNeuron, "Expected out tensor to be on neuron, but got ", out.device());
     TORCH_CHECK(!inplace_ || out.sizes() == sizes, "Bad in-place call: input tensor size ", out.sizes(),
                 " and output tensor size ", sizes, " should match");
@@ -157,8 +161,8 @@ struct OutOp final : Meta {
 
 // Queues `kernel(cpu_outputs..., captured_args...)`.
 template <size_t N, class Kernel, class... Args>
-void queue_kernel(c10::DeviceIndex device, OpRecord& rec, Kernel kernel,
-                  const std::array<at::Tensor, N>& outs, const Args&... args) {
+void queue_kernel(c10::DeviceIndex device, OpRecord& rec, Kernel kernel, const std::array<at::Tensor, N>& outs,
+                  const Args&... args) {
   std::array<TensorDesc, N> out_descs;
   for (size_t i = 0; i < N; ++i) out_descs[i] = TensorDesc::of(outs[i]);
   // The outputs' dtypes are in the signature: an out= call's may be one the kernel refuses.
@@ -166,13 +170,14 @@ void queue_kernel(c10::DeviceIndex device, OpRecord& rec, Kernel kernel,
   for (const auto& o : outs) sig.add(o);
   (sig.add(args), ...);
   rec.count(Mode::kAsync);
-  launch_op(device, rec, std::move(sig), [kernel, out_descs = std::move(out_descs), captured = std::make_tuple(capture(args)...)] {
-    std::array<at::Tensor, N> o;
-    for (size_t i = 0; i < N; ++i) o[i] = out_descs[i].view();
-    std::apply([&](auto&... out) {
-      std::apply([&](const auto&... a) { kernel(out..., pass(a)...); }, captured);
-    }, o);
-  });
+  launch_op(device, rec, std::move(sig),
+            [kernel, out_descs = std::move(out_descs), captured = std::make_tuple(capture(args)...)] {
+              std::array<at::Tensor, N> o;
+              for (size_t i = 0; i < N; ++i) o[i] = out_descs[i].view();
+              std::apply(
+                  [&](auto&... out) { std::apply([&](const auto&... a) { kernel(out..., pass(a)...); }, captured); },
+                  o);
+            });
 }
 
 // Elementwise ops whose result, for floating inputs of one dtype and one contiguous shape, is a
@@ -189,8 +194,7 @@ bool same_shape_operand(const T& v, const at::Tensor*& first) {
       first = &v;
       return true;
     }
-    return v.scalar_type() == first->scalar_type() && v.sizes() == first->sizes() &&
-           v.device() == first->device();
+    return v.scalar_type() == first->scalar_type() && v.sizes() == first->sizes() && v.device() == first->device();
   } else {
     return !std::is_same_v<std::decay_t<T>, std::optional<at::Tensor>>;
   }
@@ -233,10 +237,11 @@ at::Tensor& structured_inplace(OpRecord& rec, Kernel kernel, at::Tensor& self, c
   (sig.add(args), ...);
   rec.count(Mode::kAsync);
   // One CPU view serves as both output and input, so the kernel sees a true in-place call.
-  launch_op(device, rec, std::move(sig), [kernel, d = TensorDesc::of(self), captured = std::make_tuple(capture(args)...)] {
-    at::Tensor v = d.view();
-    std::apply([&](const auto&... a) { kernel(v, v, pass(a)...); }, captured);
-  });
+  launch_op(device, rec, std::move(sig),
+            [kernel, d = TensorDesc::of(self), captured = std::make_tuple(capture(args)...)] {
+              at::Tensor v = d.view();
+              std::apply([&](const auto&... a) { kernel(v, v, pass(a)...); }, captured);
+            });
   return self;
 }
 

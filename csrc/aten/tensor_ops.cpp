@@ -38,26 +38,23 @@ void check_layout(std::optional<c10::Layout> layout) {
 
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
                                std::optional<c10::Layout> layout, std::optional<c10::Device> device,
-                               std::optional<bool> pin_memory,
-                               std::optional<c10::MemoryFormat> memory_format) {
+                               std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> memory_format) {
   check_layout(layout);
   TORCH_CHECK(!pin_memory.value_or(false), "neuron: only CPU tensors can be pinned");
-  return empty_neuron(size, dtype.value_or(c10::get_default_dtype_as_scalartype()),
-                      device_or_current(device), memory_format.value_or(c10::MemoryFormat::Contiguous));
+  return empty_neuron(size, dtype.value_or(c10::get_default_dtype_as_scalartype()), device_or_current(device),
+                      memory_format.value_or(c10::MemoryFormat::Contiguous));
 }
 
-at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
-                         std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
-                         std::optional<c10::Device> device, std::optional<bool> pin_memory) {
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
+                         std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                         std::optional<bool> pin_memory) {
   check_layout(layout);
   TORCH_CHECK(!pin_memory.value_or(false), "neuron: only CPU tensors can be pinned");
-  return empty_neuron(size, stride, dtype.value_or(c10::get_default_dtype_as_scalartype()),
-                      device_or_current(device));
+  return empty_neuron(size, stride, dtype.value_or(c10::get_default_dtype_as_scalartype()), device_or_current(device));
 }
 
 // Makes `self` cover `size`/`stride` at `offset`, growing its storage if needed.
-void restride(at::Tensor& self, int64_t offset, c10::IntArrayRef size,
-              std::optional<c10::IntArrayRef> stride) {
+void restride(at::Tensor& self, int64_t offset, c10::IntArrayRef size, std::optional<c10::IntArrayRef> stride) {
   auto* impl = self.unsafeGetTensorImpl();
   if (stride.has_value()) {
     TORCH_CHECK(size.size() == stride->size(), "neuron: size and stride must have the same length");
@@ -66,8 +63,8 @@ void restride(at::Tensor& self, int64_t offset, c10::IntArrayRef size,
     impl->set_sizes_contiguous(size);
     impl->set_storage_offset(offset);
   }
-  const size_t needed = at::detail::computeStorageNbytes(
-      impl->sizes(), impl->strides(), self.dtype().itemsize(), impl->storage_offset());
+  const size_t needed =
+      at::detail::computeStorageNbytes(impl->sizes(), impl->strides(), self.dtype().itemsize(), impl->storage_offset());
   if (needed > self.storage().nbytes()) resize_storage_bytes(self.storage().unsafeGetStorageImpl(), needed);
 }
 
@@ -81,8 +78,8 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
   return self;
 }
 
-at::Tensor& set_storage_offset(at::Tensor& self, c10::Storage source, int64_t offset,
-                               c10::IntArrayRef size, c10::IntArrayRef stride) {
+at::Tensor& set_storage_offset(at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
+                               c10::IntArrayRef stride) {
   TORCH_CHECK(source.device().type() == kNeuron || source.nbytes() == 0,
               "neuron: set_ expects a neuron storage, got one on ", source.device());
   if (self.storage().unsafeGetStorageImpl() != source.unsafeGetStorageImpl()) {
@@ -132,7 +129,8 @@ at::Tensor efficient_zero_tensor(c10::IntArrayRef size, std::optional<c10::Scala
   const auto index = device_or_current(device);
   check_device_index(index);
   NoMemoryAllocator& allocator = *allocators[index];
-  const auto keys = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1) | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
+  const auto keys =
+      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1) | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
   return at::detail::empty_generic(size, &allocator, keys, dtype.value_or(c10::get_default_dtype_as_scalartype()),
                                    std::nullopt);
 }
@@ -171,15 +169,16 @@ void record_stream(at::Tensor& self, c10::Stream stream) {
 // own context; the allocator's context is its block (allocator.cpp). Refused by name, rather
 // than by ATen's internal check on the missing storage.
 at::Tensor lazy_clone(const at::Tensor&) {
-  TORCH_CHECK_NOT_IMPLEMENTED(false, "neuron: copy-on-write clones (torch._lazy_clone) are not supported on the "
+  TORCH_CHECK_NOT_IMPLEMENTED(false,
+                              "neuron: copy-on-write clones (torch._lazy_clone) are not supported on the "
                               "neuron device; use clone()");
 }
 
 // For explain(): these run no kernel, so they are never counted.
 const bool described = [] {
-  for (const char* op : {"aten::empty.memory_format", "aten::empty_strided", "aten::resize_", "aten::set_.source_Storage",
-                         "aten::set_.source_Storage_storage_offset", "aten::set_.source_Tensor", "aten::set_",
-                         "aten::_efficientzerotensor"}) {
+  for (const char* op : {"aten::empty.memory_format", "aten::empty_strided", "aten::resize_",
+                         "aten::set_.source_Storage", "aten::set_.source_Storage_storage_offset",
+                         "aten::set_.source_Tensor", "aten::set_", "aten::_efficientzerotensor"}) {
     typed_op(op, "allocation or metadata on the host; no kernel runs");
   }
   for (const char* op : {"aten::as_strided", "aten::view", "aten::_reshape_alias", "aten::unfold", "aten::view_as_real",
@@ -189,7 +188,8 @@ const bool described = [] {
   typed_op("aten::_lazy_clone", "refused: copy-on-write storages are not supported on neuron");
   typed_op("aten::record_stream", "allocator bookkeeping: the block waits for the stream's work before reuse");
   typed_op("aten::_has_compatible_shallow_copy_type", "metadata: dense CPU and neuron tensors can swap data in place");
-  typed_op("aten::_local_scalar_dense", "a transfer: a copy task to host memory that the caller waits for "
+  typed_op("aten::_local_scalar_dense",
+           "a transfer: a copy task to host memory that the caller waits for "
            "(counted in bytes by torch.neuron.transfer_stats(), not as an op)");
   return true;
 }();

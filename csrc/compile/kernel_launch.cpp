@@ -38,12 +38,13 @@ OpRecord& kernel_rec = typed_op("neuron::compiled_kernel", "a kernel of a compil
 
 }  // namespace
 
-void launch_cpu_kernel(void* fn, const std::string& name, const std::string& kinds, const std::vector<c10::IValue>& args) {
+void launch_cpu_kernel(void* fn, const std::string& name, const std::string& kinds,
+                       const std::vector<c10::IValue>& args) {
   TORCH_CHECK(fn, "neuron: launching kernel ", name, " with no function");
   TORCH_CHECK(kinds.size() == args.size(), "neuron: kernel ", name, " takes ", kinds.size(), " arguments, got ",
               args.size());
-  TORCH_CHECK(args.size() <= kMaxKernelArgs, "neuron: kernel ", name, " takes ", args.size(),
-              " arguments; at most ", kMaxKernelArgs, " are supported");
+  TORCH_CHECK(args.size() <= kMaxKernelArgs, "neuron: kernel ", name, " takes ", args.size(), " arguments; at most ",
+              kMaxKernelArgs, " are supported");
   std::array<uintptr_t, kMaxKernelArgs> a{};
   DeviceCheck check(name.c_str());
   for (size_t i = 0; i < args.size(); ++i) {

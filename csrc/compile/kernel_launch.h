@@ -16,6 +16,7 @@ constexpr size_t kMaxKernelArgs = 96;
 
 // `kinds[i]` says what args[i] is: 'p' a device tensor (its data pointer is passed), 'i' an
 // integer. Raises for anything else (a host tensor, a float argument).
-void launch_cpu_kernel(void* fn, const std::string& name, const std::string& kinds, const std::vector<c10::IValue>& args);
+void launch_cpu_kernel(void* fn, const std::string& name, const std::string& kinds,
+                       const std::vector<c10::IValue>& args);
 
 }  // namespace torch_neuronx

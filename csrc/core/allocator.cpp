@@ -49,10 +49,10 @@ struct Block {
   size_t size;
   size_t requested = 0;
   void* ptr;
-  bool small;              // its pool
+  bool small;  // its pool
   bool allocated = false;
-  bool pending = false;    // freed, waiting for events of other streams
-  Block* prev = nullptr;   // neighbours within the segment
+  bool pending = false;   // freed, waiting for events of other streams
+  Block* prev = nullptr;  // neighbours within the segment
   Block* next = nullptr;
   std::set<c10::StreamId> uses;  // other streams that used it (record_stream)
   std::vector<std::unique_ptr<neuronrt::Event>> events;
@@ -79,9 +79,12 @@ size_t segment_size(size_t size) {
 
 std::string format_bytes(uint64_t n) {
   char buf[64];
-  if (n >= (1ull << 30)) snprintf(buf, sizeof buf, "%.2f GiB", n / double(1ull << 30));
-  else if (n >= (1ull << 20)) snprintf(buf, sizeof buf, "%.2f MiB", n / double(1ull << 20));
-  else snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(n));
+  if (n >= (1ull << 30))
+    snprintf(buf, sizeof buf, "%.2f GiB", n / double(1ull << 30));
+  else if (n >= (1ull << 20))
+    snprintf(buf, sizeof buf, "%.2f MiB", n / double(1ull << 20));
+  else
+    snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(n));
   return buf;
 }
 
@@ -144,10 +147,10 @@ class Allocator final : public CachingAllocator {
         TORCH_CHECK_WITH(OutOfMemoryError, false, "neuron out of memory. Tried to allocate ", format_bytes(n),
                          " on neuron:", static_cast<int>(device), " (", rt.topology().profile->name,
                          " logical core with ", format_bytes(capacity), " of device memory): ", format_bytes(allocated),
-                         " is allocated by PyTorch, ", format_bytes(reserved), " is reserved by the caching allocator (",
-                         "largest cached free block ", format_bytes(cached), "), ", format_bytes(free),
-                         " is free on the device (largest free block ", format_bytes(largest),
-                         ")", fraction_note_locked(st, capacity),
+                         " is allocated by PyTorch, ", format_bytes(reserved),
+                         " is reserved by the caching allocator (", "largest cached free block ", format_bytes(cached),
+                         "), ", format_bytes(free), " is free on the device (largest free block ",
+                         format_bytes(largest), ")", fraction_note_locked(st, capacity),
                          ". Free tensors or call torch.neuron.empty_cache(); the allocator is still usable.");
       }
       b = new_segment_locked(st, device, stream, seg, p, small);
@@ -286,7 +289,8 @@ class Allocator final : public CachingAllocator {
   void* take_segment_locked(DeviceState& st, c10::DeviceIndex device, size_t bytes) {
     auto& mem = runtime().memory(device);
     const uint64_t reserved = st.stats.reserved_bytes[static_cast<size_t>(StatType::AGGREGATE)].current;
-    if (st.fraction < 1.0 && static_cast<double>(reserved + bytes) > st.fraction * static_cast<double>(mem.capacity())) {
+    if (st.fraction < 1.0 &&
+        static_cast<double>(reserved + bytes) > st.fraction * static_cast<double>(mem.capacity())) {
       return nullptr;
     }
     return mem.allocate(bytes);

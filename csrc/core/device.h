@@ -28,8 +28,6 @@ c10::Stream new_stream(c10::DeviceIndex index, int priority);
 void set_current_stream(const c10::Stream& stream);
 int stream_priority(const c10::Stream& stream);
 neuronrt::Queue& queue_of(const c10::Stream& stream);
-inline neuronrt::Queue& current_queue(c10::DeviceIndex index = -1) {
-  return queue_of(current_stream(index));
-}
+inline neuronrt::Queue& current_queue(c10::DeviceIndex index = -1) { return queue_of(current_stream(index)); }
 
 }  // namespace torch_neuronx

@@ -1,8 +1,8 @@
 #include "core/generator.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <ATen/core/TensorBase.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/core/TensorBase.h>
 #include <c10/core/TensorImpl.h>
 
 #include <cstring>
@@ -44,10 +44,9 @@ uint64_t NeuronGenerator::seed() {
 }
 
 void NeuronGenerator::set_state(const c10::TensorImpl& state) {
-  TORCH_CHECK(state.dtype() == caffe2::TypeMeta::Make<uint8_t>() && state.numel() == 16 &&
-                  state.device().is_cpu(),
-              "neuron: RNG state must be a CPU uint8 tensor of 16 bytes (seed, offset), got ",
-              state.numel(), " elements");
+  TORCH_CHECK(state.dtype() == caffe2::TypeMeta::Make<uint8_t>() && state.numel() == 16 && state.device().is_cpu(),
+              "neuron: RNG state must be a CPU uint8 tensor of 16 bytes (seed, offset), got ", state.numel(),
+              " elements");
   int64_t vals[2];
   std::memcpy(vals, state.data(), 16);
   seed_ = static_cast<uint64_t>(vals[0]);

@@ -34,9 +34,7 @@ struct NeuronGuardImpl final : c10::impl::DeviceGuardImplInterface {
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool high_priority) const override {
     return stream_from_pool(d.index(), high_priority);
   }
-  c10::Stream getNewStream(c10::Device d, int priority) const override {
-    return new_stream(d.index(), priority);
-  }
+  c10::Stream getNewStream(c10::Device d, int priority) const override { return new_stream(d.index(), priority); }
   c10::Stream exchangeStream(c10::Stream s) const override {
     auto old = current_stream(s.device_index());
     set_current_stream(s);
@@ -54,9 +52,7 @@ struct NeuronGuardImpl final : c10::impl::DeviceGuardImplInterface {
     return cap;
   }
 
-  c10::DeviceIndex deviceCount() const noexcept override {
-    return static_cast<c10::DeviceIndex>(device_count());
-  }
+  c10::DeviceIndex deviceCount() const noexcept override { return static_cast<c10::DeviceIndex>(device_count()); }
 
   void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
     delete static_cast<neuronrt::Event*>(event);
@@ -64,9 +60,8 @@ struct NeuronGuardImpl final : c10::impl::DeviceGuardImplInterface {
 
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
               const c10::EventFlag flag) const override {
-    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(),
-                "neuron: event on device ", static_cast<int>(device_index),
-                " cannot be recorded on a stream of device ", stream.device());
+    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(), "neuron: event on device ",
+                static_cast<int>(device_index), " cannot be recorded on a stream of device ", stream.device());
     auto* ev = static_cast<neuronrt::Event*>(*event);
     if (!ev) {
       ev = new neuronrt::Event(flag == c10::EventFlag::BACKEND_DEFAULT);
@@ -80,9 +75,7 @@ struct NeuronGuardImpl final : c10::impl::DeviceGuardImplInterface {
     checked([&] { static_cast<neuronrt::Event*>(event)->block(queue_of(stream)); });
   }
 
-  bool queryEvent(void* event) const override {
-    return !event || static_cast<neuronrt::Event*>(event)->query();
-  }
+  bool queryEvent(void* event) const override { return !event || static_cast<neuronrt::Event*>(event)->query(); }
 
   void synchronizeEvent(void* event) const override {
     if (event) checked([&] { static_cast<neuronrt::Event*>(event)->synchronize(); });
@@ -90,9 +83,8 @@ struct NeuronGuardImpl final : c10::impl::DeviceGuardImplInterface {
 
   double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
     TORCH_CHECK(start && end, "neuron: both events must be recorded before elapsed_time");
-    return checked([&] {
-      return static_cast<neuronrt::Event*>(end)->elapsed_ms_since(*static_cast<neuronrt::Event*>(start));
-    });
+    return checked(
+        [&] { return static_cast<neuronrt::Event*>(end)->elapsed_ms_since(*static_cast<neuronrt::Event*>(start)); });
   }
 
   bool queryStream(const c10::Stream& stream) const override { return queue_of(stream).query(); }

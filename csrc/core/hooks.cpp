@@ -12,9 +12,7 @@ namespace {
 struct NeuronHooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return device_count() > 0; }
-  bool hasPrimaryContext(c10::DeviceIndex index) const override {
-    return index >= 0 && index < device_count();
-  }
+  bool hasPrimaryContext(c10::DeviceIndex index) const override { return index >= 0 && index < device_count(); }
   void init() const override { runtime(); }
   c10::DeviceIndex deviceCount() const override { return static_cast<c10::DeviceIndex>(device_count()); }
   void setCurrentDevice(c10::DeviceIndex d) const override { set_current_device(d); }

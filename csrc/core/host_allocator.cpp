@@ -35,8 +35,8 @@ struct PinnedAllocator final : c10::Allocator {
   c10::DataPtr allocate(size_t n) override {
     if (n == 0) return {nullptr, nullptr, &free_pinned, c10::Device(c10::kCPU)};
     void* p = nullptr;
-    TORCH_CHECK_WITH(OutOfMemoryError, posix_memalign(&p, 4096, n) == 0,
-                     "neuron: cannot allocate ", n, " bytes of pinned host memory");
+    TORCH_CHECK_WITH(OutOfMemoryError, posix_memalign(&p, 4096, n) == 0, "neuron: cannot allocate ", n,
+                     " bytes of pinned host memory");
     {
       std::lock_guard<std::mutex> lock(mu);
       blocks[static_cast<const char*>(p)] = n;

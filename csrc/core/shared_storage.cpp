@@ -38,7 +38,8 @@ at::Tensor open_shared_tensor(int mem_fd, uint64_t offset, uint64_t bytes, int c
                               c10::DeviceIndex device, c10::ScalarType dtype, c10::IntArrayRef sizes,
                               c10::IntArrayRef strides, int64_t storage_offset) {
   check_device_index(device);
-  auto block = checked([&] { return std::make_unique<neuronrt::MappedBlock>(mem_fd, offset, bytes, counters_fd, slot); });
+  auto block =
+      checked([&] { return std::make_unique<neuronrt::MappedBlock>(mem_fd, offset, bytes, counters_fd, slot); });
   void* data = block->data();
   c10::DataPtr ptr(data, block.release(), &release_mapped, c10::Device(kNeuron, device));
   auto storage = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), bytes, std::move(ptr),

@@ -34,7 +34,8 @@ void check_trainium_dtype(c10::ScalarType dtype) {
                    "TORCH_NEURONX_STRICT=1 makes this an error. Use float32 or bfloat16.");
   auto& flag = f64 ? warned_f64 : warned_complex;
   if (!flag.exchange(true)) {
-    TORCH_WARN("neuron: dtype ", dtype, " runs on the software device but Trainium cannot run it "
+    TORCH_WARN("neuron: dtype ", dtype,
+               " runs on the software device but Trainium cannot run it "
                "(it has no float64 or complex types); set TORCH_NEURONX_STRICT=1 to make this an error.");
   }
 }
@@ -54,8 +55,8 @@ at::Tensor empty_neuron(c10::IntArrayRef sizes, c10::ScalarType dtype, c10::Devi
   check_trainium_dtype(dtype);
   std::optional<c10::DeviceGuard> guard;
   if (device >= 0 && device != current_device()) guard.emplace(c10::Device(kNeuron, device));
-  return at::detail::empty_generic(sizes, &caching_allocator(),
-                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype, format);
+  return at::detail::empty_generic(sizes, &caching_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   dtype, format);
 }
 
 void resize_storage_bytes(c10::StorageImpl* storage, size_t new_bytes) {
@@ -67,9 +68,7 @@ void resize_storage_bytes(c10::StorageImpl* storage, size_t new_bytes) {
   const size_t keep = std::min(old_bytes, new_bytes);
   if (keep > 0 && storage->data()) {
     auto& q = current_queue(device);
-    checked([&] {
-      runtime().copy_async(q, fresh.get(), storage->data(), keep, neuronrt::Runtime::kDeviceToDevice);
-    });
+    checked([&] { runtime().copy_async(q, fresh.get(), storage->data(), keep, neuronrt::Runtime::kDeviceToDevice); });
   }
   // The old block returns to the stream's pool; the copy above is ahead of any reuse.
   storage->set_data_ptr_noswap(std::move(fresh));

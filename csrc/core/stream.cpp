@@ -45,8 +45,8 @@ int device_count() noexcept { return neuronrt::Runtime::visible_devices(); }
 
 void check_device_index(c10::DeviceIndex index) {
   static const int n = runtime().device_count();  // fixed for the process; on every op's path
-  TORCH_CHECK(index >= 0 && index < n, "neuron: invalid device index ", static_cast<int>(index),
-              "; ", n, " neuron device(s) are visible (NEURON_RT_VISIBLE_CORES narrows them)");
+  TORCH_CHECK(index >= 0 && index < n, "neuron: invalid device index ", static_cast<int>(index), "; ", n,
+              " neuron device(s) are visible (NEURON_RT_VISIBLE_CORES narrows them)");
 }
 
 c10::DeviceIndex current_device() { return tls_device; }
@@ -87,22 +87,19 @@ c10::Stream new_stream(c10::DeviceIndex index, int priority) {
 int stream_priority(const c10::Stream& stream) {
   const auto id = stream.id();
   if (id > kPool && id <= 2 * kPool) return -1;
-  if (id >= kFirstNew && id < neuronrt::Runtime::kMaxQueuesPerDevice)
-    return new_priority[stream.device_index()][id];
+  if (id >= kFirstNew && id < neuronrt::Runtime::kMaxQueuesPerDevice) return new_priority[stream.device_index()][id];
   return 0;
 }
 
 void set_current_stream(const c10::Stream& stream) {
-  TORCH_CHECK(stream.device_type() == kNeuron, "neuron: set_stream got a stream of device ",
-              stream.device());
+  TORCH_CHECK(stream.device_type() == kNeuron, "neuron: set_stream got a stream of device ", stream.device());
   check_device_index(stream.device_index());
   tls_stream[stream.device_index()] = stream.id();
 }
 
 neuronrt::Queue& queue_of(const c10::Stream& stream) {
-  return checked([&]() -> neuronrt::Queue& {
-    return runtime().queue(stream.device_index(), static_cast<int>(stream.id()));
-  });
+  return checked(
+      [&]() -> neuronrt::Queue& { return runtime().queue(stream.device_index(), static_cast<int>(stream.id())); });
 }
 
 }  // namespace torch_neuronx

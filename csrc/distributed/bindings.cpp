@@ -12,7 +12,8 @@ void init_distributed_bindings(pybind11::module& m) {
   m.def(
       "_create_process_group",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout,
-         std::string label, std::optional<c10::intrusive_ptr<c10d::Backend>> host) -> c10::intrusive_ptr<c10d::Backend> {
+         std::string label,
+         std::optional<c10::intrusive_ptr<c10d::Backend>> host) -> c10::intrusive_ptr<c10d::Backend> {
         pybind11::gil_scoped_release no_gil;  // the rendezvous waits for the other ranks
         return c10::make_intrusive<ProcessGroupNeuron>(store, rank, size, timeout, std::move(label),
                                                        host.value_or(c10::intrusive_ptr<c10d::Backend>()));
@@ -20,7 +21,8 @@ void init_distributed_bindings(pybind11::module& m) {
       pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"),
       pybind11::arg("label"), pybind11::arg("host") = pybind11::none());
   m.def("_dist_transport_setting", [] {
-    return checked([] { return neuronrt::config::choice("TORCH_NEURONX_DIST_TRANSPORT", "auto", {"auto", "shm", "host"}); });
+    return checked(
+        [] { return neuronrt::config::choice("TORCH_NEURONX_DIST_TRANSPORT", "auto", {"auto", "shm", "host"}); });
   });
   m.def("_process_group_transport", [](const c10::intrusive_ptr<c10d::Backend>& backend) -> std::string {
     auto* pg = dynamic_cast<ProcessGroupNeuron*>(backend.get());

@@ -57,8 +57,8 @@ void check_same(const at::Tensor& a, const at::Tensor& b, int64_t numel_ratio, c
 
 // The list only the root passes (gather's outputs, scatter's inputs): size tensors like `like`
 // on the root, nothing elsewhere.
-Tensors root_list(const std::vector<Tensors>& lists, bool is_root, int size, const at::Tensor& like,
-                  const char* what, const char* role) {
+Tensors root_list(const std::vector<Tensors>& lists, bool is_root, int size, const at::Tensor& like, const char* what,
+                  const char* role) {
   if (!is_root) {
     TORCH_CHECK(lists.empty() || lists[0].empty(), "neuron: ", what, ": only the root rank takes ", role);
     return {};
@@ -212,7 +212,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(Tensors& tensors, c
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(std::vector<Tensors>& outputs, Tensors& inputs,
                                                              const c10d::AllgatherOptions&) {
-  TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1, "neuron: allgather takes one input and one output list per rank");
+  TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1,
+              "neuron: allgather takes one input and one output list per rank");
   const at::Tensor in = inputs[0];
   const Tensors outs = outputs[0];
   TORCH_CHECK(static_cast<int>(outs.size()) == size_, "neuron: allgather: the output list has ", outs.size(),
@@ -414,8 +415,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(at::Tensor& out
   return enqueue(
       "neuron::all_to_all_single", c10d::OpType::ALLTOALL_BASE, {in, out}, {out},
       [send, recv](ShmGroup& g) { shm_alltoall(g, send, recv); },
-      [in_d = TensorDesc::of(in), out_d = TensorDesc::of(out), os = output_splits, is = input_splits](
-          c10d::Backend& h) mutable {
+      [in_d = TensorDesc::of(in), out_d = TensorDesc::of(out), os = output_splits,
+       is = input_splits](c10d::Backend& h) mutable {
         const at::Tensor in = in_d.view(), out = out_d.view();
         at::Tensor ci = to_host(in).view(in.sizes()), co = to_host(out).view(out.sizes());
         h.alltoall_base(co, ci, os, is)->wait();
@@ -487,7 +488,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recv(Tensors& tensors, int sr
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(const c10d::BarrierOptions& opts) {
   std::optional<c10::Device> device;
   if (opts.device && opts.device->type() == kNeuron) device = *opts.device;
-  if (!device && !opts.device_ids.empty()) device = c10::Device(kNeuron, static_cast<c10::DeviceIndex>(opts.device_ids[0]));
+  if (!device && !opts.device_ids.empty())
+    device = c10::Device(kNeuron, static_cast<c10::DeviceIndex>(opts.device_ids[0]));
   return enqueue(
       "neuron::barrier", c10d::OpType::BARRIER, {}, {},
       [](ShmGroup& g) {

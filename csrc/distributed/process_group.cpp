@@ -114,7 +114,8 @@ ProcessGroupNeuron::ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& st
   o.size = size;
   o.label = label_;
   o.timeout = timeout;
-  for (int d = 0; d < device_count(); ++d) o.share_fds.push_back(checked([&] { return runtime().memory(d).share_fd(); }));
+  for (int d = 0; d < device_count(); ++d)
+    o.share_fds.push_back(checked([&] { return runtime().memory(d).share_fd(); }));
   o.store_set = [store](const std::string& k, const std::string& v) {
     store->set(k, std::vector<uint8_t>(v.begin(), v.end()));
   };
@@ -159,8 +160,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(const char* name, c10
   const c10::Device device = device_for(tensors, name, hint);
   if (shm_) {
     if (const std::string why = shm_->aborted_reason(); !why.empty()) {
-      C10_THROW_ERROR(DistBackendError,
-                      "neuron: " + std::string(name).substr(8) + " on " + label_ + " cannot run: the group is unusable since " + why);
+      C10_THROW_ERROR(DistBackendError, "neuron: " + std::string(name).substr(8) + " on " + label_ +
+                                            " cannot run: the group is unusable since " + why);
     }
   }
   neuronrt::Queue& caller = current_queue(device.index());
@@ -176,21 +177,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(const char* name, c10
     neuronrt::Event ready;
     ready.record(caller);
     ready.block(queue);
-    seq = queue.submit(name, [shm_group = shm_, host_backend = host_, shm = std::move(shm), host = std::move(host),
-                              status] {
-      try {
-        if (host_backend) {
-          host(*host_backend);
-        } else {
-          shm(*shm_group);
-        }
-      } catch (const std::exception& e) {
-        status->error = e.what();
-        status->failed.store(true);
-        if (shm_group) shm_group->abort(e.what());
-        throw;
-      }
-    });
+    seq = queue.submit(name,
+                       [shm_group = shm_, host_backend = host_, shm = std::move(shm), host = std::move(host), status] {
+                         try {
+                           if (host_backend) {
+                             host(*host_backend);
+                           } else {
+                             shm(*shm_group);
+                           }
+                         } catch (const std::exception& e) {
+                           status->error = e.what();
+                           status->failed.store(true);
+                           if (shm_group) shm_group->abort(e.what());
+                           throw;
+                         }
+                       });
   });
   collective_record(name).count(Mode::kAsync);
   return c10::make_intrusive<NeuronWork>(rank_, type, stream, &queue, seq, std::move(status), std::move(outputs),

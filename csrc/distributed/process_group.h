@@ -25,9 +25,6 @@
 //   collective on the group raises at once.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/Backend.hpp>
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -35,6 +32,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
 
 namespace neuronrt {
@@ -54,13 +53,16 @@ class ProcessGroupNeuron : public c10d::Backend {
   c10::intrusive_ptr<Options> getBackendOptions() override;
   bool transport_is_shared_memory() const { return host_ == nullptr; }
 
-  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                      const c10d::AllreduceCoalescedOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
-                                           std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) override;
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
@@ -106,8 +108,9 @@ class ProcessGroupNeuron : public c10d::Backend {
   // The group's device, bound at its first collective; `hint` serves a call without tensors.
   c10::Device device_for(const std::vector<at::Tensor>& tensors, const char* name, std::optional<c10::Device> hint);
   // allreduce (root < 0), allreduce_coalesced and reduce: each tensor reduced in turn, one task.
-  c10::intrusive_ptr<c10d::Work> reduce_each(const char* name, c10d::OpType type, const std::vector<at::Tensor>& tensors,
-                                             const c10d::ReduceOp& op, int root);
+  c10::intrusive_ptr<c10d::Work> reduce_each(const char* name, c10d::OpType type,
+                                             const std::vector<at::Tensor>& tensors, const c10d::ReduceOp& op,
+                                             int root);
 
   std::chrono::milliseconds timeout_;
   std::string label_;

@@ -51,7 +51,8 @@ void reduce_typed(void* const* outs, int nouts, const void* const* src_, int n, 
       break;
     case Op::PREMUL_SUM:
       if constexpr (std::is_floating_point_v<Acc>) {
-        return blocked<T, Acc>(dst, nouts, src, n, count, static_cast<Acc>(r.premul), one, [](Acc a, Acc b) { return a + b; });
+        return blocked<T, Acc>(dst, nouts, src, n, count, static_cast<Acc>(r.premul), one,
+                               [](Acc a, Acc b) { return a + b; });
       }
       break;
     case Op::PRODUCT:
@@ -64,8 +65,10 @@ void reduce_typed(void* const* outs, int nouts, const void* const* src_, int n, 
     case Op::BOR:
     case Op::BXOR:
       if constexpr (std::is_integral_v<Acc>) {
-        if (r.op == Op::BAND) return blocked<T, Acc>(dst, nouts, src, n, count, one, one, [](Acc a, Acc b) { return a & b; });
-        if (r.op == Op::BOR) return blocked<T, Acc>(dst, nouts, src, n, count, one, one, [](Acc a, Acc b) { return a | b; });
+        if (r.op == Op::BAND)
+          return blocked<T, Acc>(dst, nouts, src, n, count, one, one, [](Acc a, Acc b) { return a & b; });
+        if (r.op == Op::BOR)
+          return blocked<T, Acc>(dst, nouts, src, n, count, one, one, [](Acc a, Acc b) { return a | b; });
         return blocked<T, Acc>(dst, nouts, src, n, count, one, one, [](Acc a, Acc b) { return a ^ b; });
       }
       break;
@@ -99,16 +102,26 @@ void reduce_bool(void* const* outs, int nouts, const void* const* src, int n, in
 
 std::string reduction_name(const Reduction& r) {
   switch (r.op) {
-    case Op::SUM: return "sum";
-    case Op::AVG: return "avg";
-    case Op::PRODUCT: return "product";
-    case Op::MIN: return "min";
-    case Op::MAX: return "max";
-    case Op::BAND: return "band";
-    case Op::BOR: return "bor";
-    case Op::BXOR: return "bxor";
-    case Op::PREMUL_SUM: return "premul_sum(" + std::to_string(r.premul) + ")";
-    default: return "op " + std::to_string(static_cast<int>(r.op));
+    case Op::SUM:
+      return "sum";
+    case Op::AVG:
+      return "avg";
+    case Op::PRODUCT:
+      return "product";
+    case Op::MIN:
+      return "min";
+    case Op::MAX:
+      return "max";
+    case Op::BAND:
+      return "band";
+    case Op::BOR:
+      return "bor";
+    case Op::BXOR:
+      return "bxor";
+    case Op::PREMUL_SUM:
+      return "premul_sum(" + std::to_string(r.premul) + ")";
+    default:
+      return "op " + std::to_string(static_cast<int>(r.op));
   }
 }
 
@@ -120,7 +133,8 @@ Reduction make_reduction(const c10d::ReduceOp& op, c10::ScalarType dtype, int ra
   TORCH_CHECK(r.op != Op::UNUSED, "neuron: ", collective, ": reduce op UNUSED is not a reduction");
   if (r.op == Op::PREMUL_SUM) {
     auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
-    TORCH_CHECK(s != nullptr, "neuron: ", collective, ": PREMUL_SUM needs a factor (torch.distributed._make_nccl_premul_sum)");
+    TORCH_CHECK(s != nullptr, "neuron: ", collective,
+                ": PREMUL_SUM needs a factor (torch.distributed._make_nccl_premul_sum)");
     if (s->tensor_factor.defined()) {
       TORCH_CHECK(s->tensor_factor.numel() == 1, "neuron: ", collective, ": PREMUL_SUM's factor must have one element");
       r.premul = s->tensor_factor.to(c10::kCPU, c10::kDouble).item<double>();
@@ -128,12 +142,12 @@ Reduction make_reduction(const c10d::ReduceOp& op, c10::ScalarType dtype, int ra
       r.premul = s->double_factor;
     }
   }
-  TORCH_CHECK_NOT_IMPLEMENTED(floating || (r.op != Op::AVG && r.op != Op::PREMUL_SUM), "neuron: ", collective,
-                              ": ", reduction_name(r), " needs a floating-point tensor, got ", dtype,
+  TORCH_CHECK_NOT_IMPLEMENTED(floating || (r.op != Op::AVG && r.op != Op::PREMUL_SUM), "neuron: ", collective, ": ",
+                              reduction_name(r), " needs a floating-point tensor, got ", dtype,
                               " (use SUM and divide)");
-  TORCH_CHECK_NOT_IMPLEMENTED(!floating || (r.op != Op::BAND && r.op != Op::BOR && r.op != Op::BXOR), "neuron: ",
-                              collective, ": bitwise reduction ", reduction_name(r), " needs an integer tensor, got ",
-                              dtype);
+  TORCH_CHECK_NOT_IMPLEMENTED(!floating || (r.op != Op::BAND && r.op != Op::BOR && r.op != Op::BXOR),
+                              "neuron: ", collective, ": bitwise reduction ", reduction_name(r),
+                              " needs an integer tensor, got ", dtype);
   TORCH_CHECK_NOT_IMPLEMENTED(!c10::isComplexType(dtype) || is_sum_like(r.op), "neuron: ", collective, ": ",
                               reduction_name(r), " is not defined for complex tensors");
   return r;
@@ -142,18 +156,30 @@ Reduction make_reduction(const c10d::ReduceOp& op, c10::ScalarType dtype, int ra
 void reduce_into(void* const* outs, int nouts, const void* const* src, int n, int64_t count, c10::ScalarType dtype,
                  const Reduction& r) {
   switch (dtype) {
-    case c10::kFloat: return reduce_typed<float, float>(outs, nouts, src, n, count, r);
-    case c10::kDouble: return reduce_typed<double, double>(outs, nouts, src, n, count, r);
-    case c10::kHalf: return reduce_typed<c10::Half, float>(outs, nouts, src, n, count, r);
-    case c10::kBFloat16: return reduce_typed<c10::BFloat16, float>(outs, nouts, src, n, count, r);
-    case c10::kComplexFloat: return reduce_typed<float, float>(outs, nouts, src, n, count * 2, r);
-    case c10::kComplexDouble: return reduce_typed<double, double>(outs, nouts, src, n, count * 2, r);
-    case c10::kChar: return reduce_typed<int8_t, int8_t>(outs, nouts, src, n, count, r);
-    case c10::kByte: return reduce_typed<uint8_t, uint8_t>(outs, nouts, src, n, count, r);
-    case c10::kShort: return reduce_typed<int16_t, int16_t>(outs, nouts, src, n, count, r);
-    case c10::kInt: return reduce_typed<int32_t, int32_t>(outs, nouts, src, n, count, r);
-    case c10::kLong: return reduce_typed<int64_t, int64_t>(outs, nouts, src, n, count, r);
-    case c10::kBool: return reduce_bool(outs, nouts, src, n, count, r);
+    case c10::kFloat:
+      return reduce_typed<float, float>(outs, nouts, src, n, count, r);
+    case c10::kDouble:
+      return reduce_typed<double, double>(outs, nouts, src, n, count, r);
+    case c10::kHalf:
+      return reduce_typed<c10::Half, float>(outs, nouts, src, n, count, r);
+    case c10::kBFloat16:
+      return reduce_typed<c10::BFloat16, float>(outs, nouts, src, n, count, r);
+    case c10::kComplexFloat:
+      return reduce_typed<float, float>(outs, nouts, src, n, count * 2, r);
+    case c10::kComplexDouble:
+      return reduce_typed<double, double>(outs, nouts, src, n, count * 2, r);
+    case c10::kChar:
+      return reduce_typed<int8_t, int8_t>(outs, nouts, src, n, count, r);
+    case c10::kByte:
+      return reduce_typed<uint8_t, uint8_t>(outs, nouts, src, n, count, r);
+    case c10::kShort:
+      return reduce_typed<int16_t, int16_t>(outs, nouts, src, n, count, r);
+    case c10::kInt:
+      return reduce_typed<int32_t, int32_t>(outs, nouts, src, n, count, r);
+    case c10::kLong:
+      return reduce_typed<int64_t, int64_t>(outs, nouts, src, n, count, r);
+    case c10::kBool:
+      return reduce_bool(outs, nouts, src, n, count, r);
     default:
       TORCH_CHECK_NOT_IMPLEMENTED(false, "neuron: collectives cannot reduce ", dtype, " tensors");
   }

@@ -2,10 +2,10 @@
 #pragma once
 
 #include <c10/core/ScalarType.h>
-#include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include <cstdint>
 #include <string>
+#include <torch/csrc/distributed/c10d/Types.hpp>
 
 namespace torch_neuronx {
 

@@ -10,8 +10,8 @@ void DeviceCheck::add(const at::TensorBase& t, bool written) {
   if (!t.defined()) return;
   const auto d = t.device();
   TORCH_CHECK(!written || d.type() == kNeuron,
-              "Expected all tensors to be on the same device, but found at least two devices, neuron and ", d,
-              "! (in ", op_, ": the tensor it writes is on ", d, ")");
+              "Expected all tensors to be on the same device, but found at least two devices, neuron and ", d, "! (in ",
+              op_, ": the tensor it writes is on ", d, ")");
   if (d.type() == kNeuron) {
     TORCH_CHECK(device_ < 0 || device_ == d.index(),
                 "Expected all tensors to be on the same device, but found at least two devices, neuron:",

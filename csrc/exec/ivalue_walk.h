@@ -45,8 +45,6 @@ c10::IValue map_tensors(const c10::IValue& v, F&& f) {
   return v;
 }
 
-inline bool holds_tensors(const c10::IValue& v) {
-  return v.isTensor() || v.isTensorList() || v.isOptionalTensorList();
-}
+inline bool holds_tensors(const c10::IValue& v) { return v.isTensor() || v.isTensorList() || v.isOptionalTensorList(); }
 
 }  // namespace torch_neuronx

@@ -18,7 +18,8 @@ bool same_layout(c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::IntArray
 
 at::Tensor make_cpu_tensor(c10::Storage storage, caffe2::TypeMeta dtype, c10::IntArrayRef sizes,
                            c10::IntArrayRef strides, int64_t offset) {
-  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU), dtype);
+  auto impl =
+      c10::make_intrusive<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU), dtype);
   impl->set_sizes_and_strides(sizes, strides, offset);
   return at::Tensor(std::move(impl));
 }
@@ -45,9 +46,9 @@ at::Tensor with_bits(at::Tensor v, bool conj, bool neg) {
 
 at::Tensor cpu_view(const at::Tensor& t) {
   if (!t.defined()) return t;
-  return with_bits(make_cpu_tensor(cpu_storage_alias(t.storage()), t.dtype(), t.sizes(), t.strides(),
-                                   t.storage_offset()),
-                   t.is_conj(), t.is_neg());
+  return with_bits(
+      make_cpu_tensor(cpu_storage_alias(t.storage()), t.dtype(), t.sizes(), t.strides(), t.storage_offset()),
+      t.is_conj(), t.is_neg());
 }
 
 TensorDesc TensorDesc::of(const at::Tensor& t) {
@@ -80,8 +81,8 @@ at::Tensor TensorDesc::view() const {
   }
   ViewScope* scope = ViewScope::current();
   c10::Storage storage = scope ? scope->storage_for(base, nbytes) : bare_storage(base, nbytes);
-  return with_bits(make_cpu_tensor(std::move(storage), c10::scalarTypeToTypeMeta(dtype), sizes, strides, offset),
-                   conj, neg);
+  return with_bits(make_cpu_tensor(std::move(storage), c10::scalarTypeToTypeMeta(dtype), sizes, strides, offset), conj,
+                   neg);
 }
 
 ViewScope::ViewScope() : outer_(innermost) { innermost = this; }

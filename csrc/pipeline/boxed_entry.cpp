@@ -81,12 +81,11 @@ void boxed_entry(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&boxed_entry>());
-}
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&boxed_entry>()); }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  for (const auto& name : claimed_ops()) m.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&boxed_entry>());
+  for (const auto& name : claimed_ops())
+    m.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&boxed_entry>());
 }
 
 }  // namespace torch_neuronx

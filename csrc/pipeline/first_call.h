@@ -70,7 +70,6 @@ class Signature : public WordKey<16> {
   // and whether it is written.
   void add_sharing(c10::ArrayRef<std::pair<const c10::TensorImpl*, bool>> tensors);
 
-
  private:
   void add_text(std::string_view s);
 };

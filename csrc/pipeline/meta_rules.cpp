@@ -9,9 +9,7 @@
 namespace torch_neuronx::meta_rules {
 namespace {
 
-at::Tensor tensor_at(const c10::IValue* args, int i) {
-  return args[i].isTensor() ? args[i].toTensor() : at::Tensor();
-}
+at::Tensor tensor_at(const c10::IValue* args, int i) { return args[i].isTensor() ? args[i].toTensor() : at::Tensor(); }
 
 // CPU's mixed-type rule (ATen/native/cpu/mixed_data_type.h): the first defined parameter's dtype
 // differs from the input's.
@@ -35,8 +33,9 @@ void set_stats(const Results& results, size_t first, size_t n, c10::ScalarType d
 void batch_norm(const c10::IValue* args, const Results& results, bool has_running, std::optional<bool> train,
                 int train_arg) {
   const at::Tensor input = tensor_at(args, 0);
-  const bool is_mixed = has_running ? mixed(input, {tensor_at(args, 1), tensor_at(args, 2), tensor_at(args, 3), tensor_at(args, 4)})
-                                    : mixed(input, {tensor_at(args, 1), tensor_at(args, 2)});
+  const bool is_mixed =
+      has_running ? mixed(input, {tensor_at(args, 1), tensor_at(args, 2), tensor_at(args, 3), tensor_at(args, 4)})
+                  : mixed(input, {tensor_at(args, 1), tensor_at(args, 2)});
   const bool training = train.has_value() ? *train : args[train_arg].toBool();
   set_stats(results, 1, 2, is_mixed ? at::kFloat : input.scalar_type(), !training);
 }
@@ -53,9 +52,13 @@ void batch_norm_stats_no_stats(const c10::IValue* args, const Results& results) 
   batch_norm(args, results, false, std::nullopt, 3);
 }
 
-void batch_norm_stats_eval(const c10::IValue* args, const Results& results) { batch_norm(args, results, true, false, -1); }
+void batch_norm_stats_eval(const c10::IValue* args, const Results& results) {
+  batch_norm(args, results, true, false, -1);
+}
 
-void batch_norm_stats_train(const c10::IValue* args, const Results& results) { batch_norm(args, results, true, true, -1); }
+void batch_norm_stats_train(const c10::IValue* args, const Results& results) {
+  batch_norm(args, results, true, true, -1);
+}
 
 namespace {
 void make_0d(const Results& results) {
@@ -120,16 +123,16 @@ void check_masked_scatter(c10::IValue* args) {
 void check_multinomial(c10::IValue* args) {
   const at::Tensor self = tensor_at(args, 0);
   TORCH_CHECK(self.dim() > 0 && self.dim() <= 2, "prob_dist must be 1 or 2 dim");
-  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "multinomial only supports floating-point dtypes for input, got: ",
-              self.scalar_type());
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()),
+              "multinomial only supports floating-point dtypes for input, got: ", self.scalar_type());
   const int64_t n = args[1].toInt();
   TORCH_CHECK(n > 0, "cannot sample n_sample <= 0 samples");
   TORCH_CHECK(args[2].toBool() || n <= self.size(-1),
               "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
   TORCH_CHECK(self.size(-1) <= (int64_t{1} << 24), "number of categories cannot exceed 2^24");
   const at::Tensor out = tensor_at(args, 4);  // multinomial.out
-  TORCH_CHECK(!out.defined() || out.scalar_type() == at::kLong, "multinomial expects Long tensor out, got: ",
-              out.scalar_type());
+  TORCH_CHECK(!out.defined() || out.scalar_type() == at::kLong,
+              "multinomial expects Long tensor out, got: ", out.scalar_type());
 }
 
 void check_convolution(c10::IValue* args) {

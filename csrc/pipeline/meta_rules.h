@@ -13,10 +13,10 @@ using Results = std::vector<OutputMeta*>;
 
 // The batch norm family: saved statistics in the input's dtype unless the parameters are float;
 // empty when not training.
-void batch_norm_stats(const c10::IValue* args, const Results& results);           // native_batch_norm, _native_batch_norm_legit
+void batch_norm_stats(const c10::IValue* args, const Results& results);  // native_batch_norm, _native_batch_norm_legit
 void batch_norm_stats_no_stats(const c10::IValue* args, const Results& results);  // _native_batch_norm_legit.no_stats
-void batch_norm_stats_eval(const c10::IValue* args, const Results& results);      // ..._no_training, _batch_norm_no_update
-void batch_norm_stats_train(const c10::IValue* args, const Results& results);     // _batch_norm_with_update
+void batch_norm_stats_eval(const c10::IValue* args, const Results& results);   // ..._no_training, _batch_norm_no_update
+void batch_norm_stats_train(const c10::IValue* args, const Results& results);  // _batch_norm_with_update
 // The margin losses' 0-dim results where meta says (nframe,).
 void multi_margin_loss_0d(const c10::IValue* args, const Results& results);       // multi_margin_loss
 void multilabel_margin_loss_0d(const c10::IValue* args, const Results& results);  // multilabel_margin_loss_forward
@@ -24,13 +24,13 @@ void multilabel_margin_loss_0d(const c10::IValue* args, const Results& results);
 // Argument checks of CPU kernels that meta kernels lack (ArgRule): the CPU's messages.
 // (Checks that depend only on dtypes, ranks and mode arguments need none: the first call of each
 // signature raises the CPU kernel's own error at the call, pipeline/first_call.h.)
-void check_uniform(c10::IValue* args);                  // uniform_(self, from, to)
-void check_random_from(c10::IValue* args);              // random_.from(self, from, to?, generator)
-void check_random_to(c10::IValue* args);                // random_.to(self, to, generator)
-void check_masked_fill(c10::IValue* args);              // masked_fill_.Scalar(self, mask, value)
-void check_masked_scatter(c10::IValue* args);           // masked_scatter_(self, mask, source)
-void check_multinomial(c10::IValue* args);              // multinomial(self, num_samples, replacement, generator, out?)
-void check_convolution(c10::IValue* args);              // convolution(input, weight, bias, stride, padding, dilation, ...)
+void check_uniform(c10::IValue* args);         // uniform_(self, from, to)
+void check_random_from(c10::IValue* args);     // random_.from(self, from, to?, generator)
+void check_random_to(c10::IValue* args);       // random_.to(self, to, generator)
+void check_masked_fill(c10::IValue* args);     // masked_fill_.Scalar(self, mask, value)
+void check_masked_scatter(c10::IValue* args);  // masked_scatter_(self, mask, source)
+void check_multinomial(c10::IValue* args);     // multinomial(self, num_samples, replacement, generator, out?)
+void check_convolution(c10::IValue* args);     // convolution(input, weight, bias, stride, padding, dilation, ...)
 
 // Arguments brought to what the CPU kernel takes (ArgRule).
 // native_layer_norm_backward: mean/rstd of a half or bfloat16 input are float, as on CUDA (the

@@ -47,9 +47,9 @@ namespace {
 // ---- the overrides table ----------------------------------------------------------------------
 
 struct Override {
-  const char* op;     // "aten::name" (every overload; a row naming the overload itself wins)
-  int mode;           // -1: as the rules decide; else a Mode
-  unsigned flags;     // OverrideFlag
+  const char* op;  // "aten::name" (every overload; a row naming the overload itself wins)
+  int mode;        // -1: as the rules decide; else a Mode
+  unsigned flags;  // OverrideFlag
   const char* why;
   MetaRule rule = nullptr;
   ArgRule arg_rule = nullptr;
@@ -80,15 +80,16 @@ const Override kOverrides[] = {
 
     // CUDA's float mean/rstd for half and bfloat16 inputs (what FakeTensor and compiled graphs
     // expect): the CPU kernel's statistics, widened; its backward takes them narrowed again.
-    {"aten::native_layer_norm", kRules, kWidenedResults, "mean/rstd are float for half and bfloat16 inputs, as on CUDA"},
+    {"aten::native_layer_norm", kRules, kWidenedResults,
+     "mean/rstd are float for half and bfloat16 inputs, as on CUDA"},
     {"aten::native_layer_norm_backward", kRules, 0,
      "the CPU kernel takes mean/rstd in the input's dtype unless the weights are float", nullptr,
      mr::layer_norm_backward_stats},
 
     // Meta kernels follow CUDA; where the CPU kernel (what runs, and what users compare with)
     // decides dtypes or shapes otherwise, a rule corrects meta's answer.
-    {"aten::native_batch_norm", kRules, kNoOutKernel, "the CPU's saved statistics follow the input dtype and are empty in eval",
-     mr::batch_norm_stats},
+    {"aten::native_batch_norm", kRules, kNoOutKernel,
+     "the CPU's saved statistics follow the input dtype and are empty in eval", mr::batch_norm_stats},
     {"aten::_native_batch_norm_legit", kRules, kNoOutKernel,
      "the CPU's saved statistics follow the input dtype and are empty in eval", mr::batch_norm_stats},
     {"aten::_native_batch_norm_legit.no_stats", kRules, kNoOutKernel,
@@ -99,7 +100,8 @@ const Override kOverrides[] = {
      mr::batch_norm_stats_train},
     {"aten::_batch_norm_no_update", kRules, kNoOutKernel, "the CPU's saved statistics are empty in eval",
      mr::batch_norm_stats_eval},
-    {"aten::nonzero_static", kRules, kContiguousOutputs, "the CPU returns a contiguous result where meta transposes it"},
+    {"aten::nonzero_static", kRules, kContiguousOutputs,
+     "the CPU returns a contiguous result where meta transposes it"},
     // Structured CPU out= kernels give an out= tensor they resize the functional result's layout;
     // these ops' meta kernels (Python) keep it contiguous.
     {"aten::cat.out", kRules, kFunctionalLayout, "a resized out= tensor takes the inputs' memory format"},
@@ -115,7 +117,8 @@ const Override kOverrides[] = {
     {"aten::_linalg_eigh.eigenvalues", kRules, kFunctionalLayout, "a resized out= tensor is column-major"},
     // out= kernels that use or reshape their output as scratch: the task runs the op and copies.
     {"aten::huber_loss", kRules, kNoOutKernel, "its out= kernel uses the output as scratch of the input's size"},
-    {"aten::binary_cross_entropy", kRules, kNoOutKernel, "its out= kernel uses the output as scratch of the input's size"},
+    {"aten::binary_cross_entropy", kRules, kNoOutKernel,
+     "its out= kernel uses the output as scratch of the input's size"},
     // CPU out= kernels that resize a wrong-sized out= tensor without PyTorch's warning.
     {"aten::addbmm", kRules, kQuietResize, "the CPU resizes its out= tensor quietly"},
     {"aten::linspace", kRules, kQuietResize, "the CPU resizes its out= tensor quietly"},
@@ -144,9 +147,11 @@ const Override kOverrides[] = {
     // Sync: the CPU kernel decides what meta cannot predict.
     {"aten::_embedding_bag_forward_only", kSyncMode, 0,
      "its CPU kernel sizes offset2bag, bag_size and max_indices differently from meta"},
-    {"aten::_embedding_bag", kSyncMode, 0, "its CPU kernel sizes offset2bag, bag_size and max_indices differently from meta"},
+    {"aten::_embedding_bag", kSyncMode, 0,
+     "its CPU kernel sizes offset2bag, bag_size and max_indices differently from meta"},
     {"aten::max_unpool2d", kSyncMode, 0, "the CPU kernel follows the input's memory format, which meta does not"},
-    {"aten::linalg_eig", kSyncMode, 0, "the CPU's LAPACK kernel returns column-major results where meta says row-major"},
+    {"aten::linalg_eig", kSyncMode, 0,
+     "the CPU's LAPACK kernel returns column-major results where meta says row-major"},
 };
 
 // ---- the user's overrides (TORCH_NEURONX_OP_POLICY) -------------------------------------------
@@ -165,19 +170,22 @@ std::unordered_map<std::string, Mode> parse_policy(const std::string& spec, cons
     const std::string op = item.substr(0, eq), mode = item.substr(eq + 1);
     TORCH_CHECK_VALUE(op.rfind("aten::", 0) == 0 || op.find("::") != std::string::npos, setting, ": '", op,
                       "' is not an operator name such as aten::add or aten::add.Tensor");
-    if (mode == "async") out[op] = Mode::kAsync;
-    else if (mode == "sync") out[op] = Mode::kSync;
-    else if (mode == "copy") out[op] = Mode::kCopy;
-    else TORCH_CHECK_VALUE(false, setting, ": mode '", mode, "' of ", op, " is not async, sync or copy");
+    if (mode == "async")
+      out[op] = Mode::kAsync;
+    else if (mode == "sync")
+      out[op] = Mode::kSync;
+    else if (mode == "copy")
+      out[op] = Mode::kCopy;
+    else
+      TORCH_CHECK_VALUE(false, setting, ": mode '", mode, "' of ", op, " is not async, sync or copy");
   }
   return out;
 }
 
 const std::unordered_map<std::string, Mode>& user_modes() {
   static const auto* modes = [] {
-    return new std::unordered_map<std::string, Mode>(checked([] {
-      return parse_policy(neuronrt::config::text("TORCH_NEURONX_OP_POLICY"), "TORCH_NEURONX_OP_POLICY");
-    }));
+    return new std::unordered_map<std::string, Mode>(checked(
+        [] { return parse_policy(neuronrt::config::text("TORCH_NEURONX_OP_POLICY"), "TORCH_NEURONX_OP_POLICY"); }));
   }();
   return *modes;
 }
@@ -352,9 +360,12 @@ std::unique_ptr<OpRecord> make_record(const c10::OperatorHandle& op) {
   r->widened_results = flags & kWidenedResults;
   if (flags & kFunctionalLayout) r->functional_op = find_functional_of(op.schema());
   Decision d = decide(op, *r, flags);
-  if (mode != kRules) d = {static_cast<Mode>(mode), whys};
-  else if (!whys.empty()) d.reason += " (overrides: " + whys + ")";
-  if (const auto m = user_mode(r->name, base)) d = {*m, std::string("set by TORCH_NEURONX_OP_POLICY (was: ") + d.reason + ")"};
+  if (mode != kRules)
+    d = {static_cast<Mode>(mode), whys};
+  else if (!whys.empty())
+    d.reason += " (overrides: " + whys + ")";
+  if (const auto m = user_mode(r->name, base))
+    d = {*m, std::string("set by TORCH_NEURONX_OP_POLICY (was: ") + d.reason + ")"};
   if (d.mode != Mode::kAsync) r->out_op.reset();
   r->mode = d.mode;
   r->reason = std::move(d.reason);
@@ -435,7 +446,8 @@ std::string explain(const std::string& name) {
     for (const auto& o : overloads_of(base))
       if (auto h = c10::Dispatcher::singleton().findOp({base, o})) ops.push_back(*h);
   }
-  TORCH_CHECK_VALUE(!ops.empty(), "neuron: no operator named '", name, "' (use a name such as aten::add or aten::add.Tensor)");
+  TORCH_CHECK_VALUE(!ops.empty(), "neuron: no operator named '", name,
+                    "' (use a name such as aten::add or aten::add.Tensor)");
   std::ostringstream out;
   for (const auto& op : ops) {
     const std::string full = op_display_name(op);
@@ -454,7 +466,8 @@ std::string explain(const std::string& name) {
     if (r) {
       out << ". Calls: async " << r->calls[0].load() << ", sync " << r->calls[1].load() << ", copy "
           << r->calls[2].load();
-      if (const int64_t w = r->first_waits.load()) out << " (" << w << " async calls waited: the first of their signature)";
+      if (const int64_t w = r->first_waits.load())
+        out << " (" << w << " async calls waited: the first of their signature)";
       if (!r->typed) out << " (meta kernel asked " << r->meta_calls.load() << " times)";
       for (Mode m : {Mode::kSync, Mode::kCopy}) {
         for (const auto& [why, n] : r->call_reasons(m)) out << "; " << n << " " << mode_name(m) << " because " << why;

@@ -12,8 +12,8 @@ namespace torch_neuronx {
 
 // Flags of an entry of the overrides table.
 enum OverrideFlag : unsigned {
-  kClaim = 1,        // take the op at the device even though it has a composite kernel
-  kNoOutKernel = 2,  // the task runs the op and copies its results (its out= kernel misbehaves)
+  kClaim = 1,              // take the op at the device even though it has a composite kernel
+  kNoOutKernel = 2,        // the task runs the op and copies its results (its out= kernel misbehaves)
   kContiguousOutputs = 4,  // fresh outputs are contiguous, as the CPU kernel makes them
   kFunctionalLayout = 8,   // a resized out= tensor takes the functional op's result layout
   kQuietResize = 16,       // out= tensors resize without PyTorch's warning, as the CPU kernel does

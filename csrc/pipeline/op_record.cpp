@@ -19,9 +19,12 @@ Registry& registry() {
 
 const char* mode_name(Mode m) {
   switch (m) {
-    case Mode::kAsync: return "async";
-    case Mode::kSync: return "sync";
-    case Mode::kCopy: return "copy";
+    case Mode::kAsync:
+      return "async";
+    case Mode::kSync:
+      return "sync";
+    case Mode::kCopy:
+      return "copy";
   }
   return "?";
 }

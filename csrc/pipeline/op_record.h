@@ -35,7 +35,7 @@ enum class Mode : uint8_t { kAsync = 0, kSync = 1, kCopy = 2 };
 const char* mode_name(Mode m);
 
 struct OpRecord {
-  std::string name;    // "aten::add.Tensor"
+  std::string name;  // "aten::add.Tensor"
   Mode mode = Mode::kAsync;
   std::string reason;  // why calls take `mode`, and what runs
   bool typed = false;  // a kernel written for the device, not the boxed pipeline

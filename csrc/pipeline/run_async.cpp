@@ -48,7 +48,8 @@ std::string layout_text(c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::S
 [[noreturn]] void kernel_disagrees(const OpRecord& rec, const std::string& what) {
   TORCH_CHECK(false, "neuron: the CPU kernel of ", rec.name, " disagreed with its meta kernel: ", what,
               ". This call's result is wrong. Please report it; until it is fixed, run with "
-              "TORCH_NEURONX_OP_POLICY=", rec.name, "=sync (and add the op to csrc/pipeline/op_policy.cpp's table).");
+              "TORCH_NEURONX_OP_POLICY=",
+              rec.name, "=sync (and add the op to csrc/pipeline/op_policy.cpp's table).");
 }
 
 void check_left_as_allocated(const OpRecord& rec, const TensorDesc& d, const at::Tensor& v, const char* which) {
@@ -149,7 +150,9 @@ c10::SmallVector<int64_t, 5> nx_contiguous_strides(c10::IntArrayRef sizes) {
 void take_functional_layouts(const OpRecord& rec, const c10::FunctionSchema& schema, const c10::IValue* args,
                              MetaAnswer* answer) {
   const size_t nargs = schema.arguments().size();
-  const auto is_out = [&](size_t i) { return is_written(schema, i) && schema.arguments()[i].kwarg_only() && args[i].isTensor(); };
+  const auto is_out = [&](size_t i) {
+    return is_written(schema, i) && schema.arguments()[i].kwarg_only() && args[i].isTensor();
+  };
   bool resized = false;
   size_t k = 0;
   for (size_t i = 0; i < nargs; ++i) {
@@ -193,9 +196,11 @@ bool ask_meta(const c10::OperatorHandle& op, OpRecord& rec, const c10::IValue* a
   for (size_t i = 0; i < nargs; ++i) {
     // An empty out= mirror: meta resizes it without the warning the CPU kernel does not give.
     const bool quiet = rec.quiet_resize && is_written(schema, i) && schema.arguments()[i].is_out();
-    meta.push_back(quiet ? map_tensors(args[i], [](const at::Tensor& t) {
-      return at::Tensor(at::detail::empty_strided_meta({0}, {1}, t.scalar_type()));
-    }) : mirror(args[i]));
+    meta.push_back(quiet ? map_tensors(args[i],
+                                       [](const at::Tensor& t) {
+                                         return at::Tensor(at::detail::empty_strided_meta({0}, {1}, t.scalar_type()));
+                                       })
+                         : mirror(args[i]));
   }
   const torch::jit::Stack mirrors = meta;  // the kernel consumes its stack; out= mirrors are resized in place
   rec.meta_calls.fetch_add(1, std::memory_order_relaxed);
@@ -210,7 +215,8 @@ bool ask_meta(const c10::OperatorHandle& op, OpRecord& rec, const c10::IValue* a
     return false;
   }
   for (size_t i = 0; i < nargs; ++i) {
-    if (is_written(schema, i)) for_each_tensor(mirrors[i], [&](const at::Tensor& t) { answer->written.push_back(OutputMeta::of(t)); });
+    if (is_written(schema, i))
+      for_each_tensor(mirrors[i], [&](const at::Tensor& t) { answer->written.push_back(OutputMeta::of(t)); });
   }
   for (size_t r = 0; r < nret; ++r) {
     if (rec.return_arg[r] >= 0) continue;
@@ -255,8 +261,7 @@ bool ask_meta(const c10::OperatorHandle& op, OpRecord& rec, const c10::IValue* a
 // its layout, as structured kernels keep it.
 // `quiet`: no warning here, because the meta kernel just ran on mirrors of these tensors and gave
 // it (one warning per call), or because the CPU kernel gives none (kQuietResize).
-void size_written_args(const c10::FunctionSchema& schema, c10::IValue* args, const MetaAnswer& answer,
-                       bool quiet) {
+void size_written_args(const c10::FunctionSchema& schema, c10::IValue* args, const MetaAnswer& answer, bool quiet) {
   size_t k = 0;
   for (size_t i = 0; i < schema.arguments().size(); ++i) {
     if (!is_written(schema, i)) continue;
@@ -274,9 +279,10 @@ void size_written_args(const c10::FunctionSchema& schema, c10::IValue* args, con
         for_each_tensor(args[j], [&](const at::Tensor& in) {
           TORCH_CHECK(!in.defined() || !in.is_alias_of(t),
                       "unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
-                      "single memory location (", schema.name(), "'s out= tensor is also its input '",
-                      schema.arguments()[j].name(), "' and would have to be resized from ", t.sizes(), " to ",
-                      c10::IntArrayRef(m.sizes), "). Please clone() the tensor before performing the operation.");
+                      "single memory location (",
+                      schema.name(), "'s out= tensor is also its input '", schema.arguments()[j].name(),
+                      "' and would have to be resized from ", t.sizes(), " to ", c10::IntArrayRef(m.sizes),
+                      "). Please clone() the tensor before performing the operation.");
         });
       }
       if (quiet) {

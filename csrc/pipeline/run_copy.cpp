@@ -37,8 +37,10 @@ void note_copy(OpRecord& rec, const std::string& why) {
     warn = warned.insert(rec.name).second;
   }
   if (warn) {
-    TORCH_WARN("neuron: ", rec.name, " falls back to the CPU (", why, "): its tensors are copied to host memory and "
-               "back. torch_neuronx.op_counts() counts these; TORCH_NEURONX_FALLBACK=error|silent changes this warning.");
+    TORCH_WARN(
+        "neuron: ", rec.name, " falls back to the CPU (", why,
+        "): its tensors are copied to host memory and "
+        "back. torch_neuronx.op_counts() counts these; TORCH_NEURONX_FALLBACK=error|silent changes this warning.");
   }
 }
 

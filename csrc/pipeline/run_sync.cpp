@@ -135,7 +135,8 @@ void run_op_sync(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stack
   write_back(tr);
   const size_t nret = schema.returns().size();
   c10::IValue* rets = stack->data() + (stack->size() - nret);
-  for (size_t i = 0; i < nret; ++i) rets[i] = map_tensors(rets[i], [&](const at::Tensor& t) { return to_device(tr, rec, t); });
+  for (size_t i = 0; i < nret; ++i)
+    rets[i] = map_tensors(rets[i], [&](const at::Tensor& t) { return to_device(tr, rec, t); });
 }
 
 }  // namespace torch_neuronx

@@ -3,6 +3,9 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <chrono>
+#include <thread>
+
 #include "aten/sparse_ops.h"
 #include "compile/kernel_launch.h"
 #include "core/allocator.h"
@@ -16,9 +19,6 @@
 #include "neuronrt/ipc.h"
 #include "pipeline/op_policy.h"
 #include "pipeline/op_record.h"
-
-#include <chrono>
-#include <thread>
 
 namespace py = pybind11;
 using namespace torch_neuronx;
@@ -65,16 +65,17 @@ PYBIND11_MODULE(_C, m) {
   m.def("_program_begin", [](int d) {
     checked([&] { current_queue(static_cast<c10::DeviceIndex>(d)).begin_program("neuron::compiled_program"); });
   });
-  m.def("_program_end", [](int d) {
-    checked([&] { current_queue(static_cast<c10::DeviceIndex>(d)).end_program(); });
-  });
+  m.def("_program_end", [](int d) { checked([&] { current_queue(static_cast<c10::DeviceIndex>(d)).end_program(); }); });
   // Tasks submitted so far to the current stream of device `d` (tests count launches with it).
   m.def("_tasks_submitted", [](int d) {
     return checked([&] { return current_queue(static_cast<c10::DeviceIndex>(d)).last_submitted(); });
   });
-  m.def("_shutdown", [] {
-    if (!neuronrt::Runtime::in_forked_child()) runtime().shutdown();
-  }, py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "_shutdown",
+      [] {
+        if (!neuronrt::Runtime::in_forked_child()) runtime().shutdown();
+      },
+      py::call_guard<py::gil_scoped_release>());
   m.def("_in_bad_fork", [] { return neuronrt::Runtime::in_forked_child(); });
   m.def("_init", [] { current_queue(); });  // starts the current device's default queue
   m.def("_is_initialized", [] { return neuronrt::Runtime::started(); });
@@ -136,7 +137,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_memory_fraction", [](double fraction, int d) {
     caching_allocator().set_memory_fraction(fraction, static_cast<c10::DeviceIndex>(d));
   });
-  m.def("_memory_fraction", [](int d) { return caching_allocator().memory_fraction(static_cast<c10::DeviceIndex>(d)); });
+  m.def("_memory_fraction",
+        [](int d) { return caching_allocator().memory_fraction(static_cast<c10::DeviceIndex>(d)); });
   // Time the device's queues have spent running tasks, summed over its streams.
   m.def("_busy_ns", [](int d) {
     uint64_t ns = 0;
@@ -148,12 +150,12 @@ PYBIND11_MODULE(_C, m) {
     const ShareHandle h = share_storage(t.storage());
     return py::make_tuple(h.mem_fd, h.offset, h.bytes, h.counters_fd, h.slot, h.own_slot);
   });
-  m.def("_open_shared_tensor", [](int mem_fd, uint64_t offset, uint64_t bytes, int counters_fd, int slot, int device,
-                                  at::ScalarType dtype, std::vector<int64_t> sizes, std::vector<int64_t> strides,
-                                  int64_t storage_offset) {
-    return open_shared_tensor(mem_fd, offset, bytes, counters_fd, slot, static_cast<c10::DeviceIndex>(device), dtype,
-                              sizes, strides, storage_offset);
-  });
+  m.def("_open_shared_tensor",
+        [](int mem_fd, uint64_t offset, uint64_t bytes, int counters_fd, int slot, int device, at::ScalarType dtype,
+           std::vector<int64_t> sizes, std::vector<int64_t> strides, int64_t storage_offset) {
+          return open_shared_tensor(mem_fd, offset, bytes, counters_fd, slot, static_cast<c10::DeviceIndex>(device),
+                                    dtype, sizes, strides, storage_offset);
+        });
   m.def("_share_count", [](int slot) { return neuronrt::ShareCounters::mine().count(slot); });
   m.def("_share_release", [](int slot) { neuronrt::ShareCounters::mine().release(slot); });
   m.def("_cpu_allocator_is_pytorchs", [] { return cpu_allocator_is_pytorchs(); });
@@ -167,7 +169,8 @@ PYBIND11_MODULE(_C, m) {
     return out;
   });
   m.def("_stream_priority", [](int device, int64_t id) {
-    return stream_priority(c10::Stream(c10::Stream::UNSAFE, c10::Device(kNeuron, static_cast<c10::DeviceIndex>(device)), id));
+    return stream_priority(
+        c10::Stream(c10::Stream::UNSAFE, c10::Device(kNeuron, static_cast<c10::DeviceIndex>(device)), id));
   });
   m.def("_default_generator", [](int d) {
     return py::reinterpret_steal<py::object>(
@@ -207,8 +210,10 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_reset_op_counts", [] { reset_all_counts(); });
   m.def("_explain", [](const std::string& name) { return explain(name); });
-  m.def("_config_flag", [](const std::string& name) { return checked([&] { return neuronrt::config::flag(name.c_str()); }); });
-  m.def("_config_text", [](const std::string& name) { return checked([&] { return neuronrt::config::text(name.c_str()); }); });
+  m.def("_config_flag",
+        [](const std::string& name) { return checked([&] { return neuronrt::config::flag(name.c_str()); }); });
+  m.def("_config_text",
+        [](const std::string& name) { return checked([&] { return neuronrt::config::text(name.c_str()); }); });
   m.def("_config_bytes", [](const std::string& name, uint64_t fallback) {
     return checked([&] { return neuronrt::config::bytes(name.c_str(), fallback); });
   });

@@ -24,7 +24,8 @@ const std::vector<Setting>& all() {
       {"TORCH_NEURONX_SANITIZE", "0",
        "1: device memory is inaccessible to the host outside queued tasks (mprotect); a host access is reported"},
       {"TORCH_NEURONX_STRICT", "0", "1: float64 and complex tensors raise (Trainium has neither); default: warn once"},
-      {"TORCH_NEURONX_FALLBACK", "warn", "what a CPU fallback (copy to host and back) does: warn (once per op), error, silent"},
+      {"TORCH_NEURONX_FALLBACK", "warn",
+       "what a CPU fallback (copy to host and back) does: warn (once per op), error, silent"},
       {"TORCH_NEURONX_OP_POLICY", "",
        "per-op overrides of how ops run: 'aten::op=sync,aten::other.overload=copy' (async, sync or copy)"},
       {"TORCH_NEURONX_CACHE_DIR", "",
@@ -57,7 +58,8 @@ bool flag(const char* name) {
 
 int64_t parse_integer(const std::string& text, const char* what, int64_t min, int64_t max) {
   bool ok = !text.empty() && text.size() <= 18;
-  for (size_t i = 0; ok && i < text.size(); ++i) ok = (text[i] >= '0' && text[i] <= '9') || (i == 0 && text[i] == '-' && text.size() > 1);
+  for (size_t i = 0; ok && i < text.size(); ++i)
+    ok = (text[i] >= '0' && text[i] <= '9') || (i == 0 && text[i] == '-' && text.size() > 1);
   if (!ok) {
     throw std::invalid_argument(std::string(what) + "=" + quoted(text) + ": expected a whole number from " +
                                 std::to_string(min) + " to " + std::to_string(max));
@@ -85,11 +87,16 @@ uint64_t parse_bytes(const std::string& text, const char* what) {
   if (digits == 0) throw bad("expected a whole number of bytes");
   const std::string suffix = text.substr(digits);
   int shift = 0;
-  if (suffix == "KiB") shift = 10;
-  else if (suffix == "MiB") shift = 20;
-  else if (suffix == "GiB") shift = 30;
-  else if (suffix == "TiB") shift = 40;
-  else if (!suffix.empty()) throw bad("unknown unit");
+  if (suffix == "KiB")
+    shift = 10;
+  else if (suffix == "MiB")
+    shift = 20;
+  else if (suffix == "GiB")
+    shift = 30;
+  else if (suffix == "TiB")
+    shift = 40;
+  else if (!suffix.empty())
+    throw bad("unknown unit");
   if (digits > 19) throw bad("too large");
   const unsigned long long n = std::stoull(text.substr(0, digits));
   if (n == 0) throw bad("must be at least 1");

@@ -25,7 +25,9 @@ int64_t* map_counters(int fd) {
 
 // The counts live in a shared mapping that several processes update (lock-free atomics work
 // across processes on the same memory).
-int64_t add(int64_t* counts, int slot, int64_t delta) { return __atomic_add_fetch(&counts[slot], delta, __ATOMIC_SEQ_CST); }
+int64_t add(int64_t* counts, int slot, int64_t delta) {
+  return __atomic_add_fetch(&counts[slot], delta, __ATOMIC_SEQ_CST);
+}
 
 }  // namespace
 

@@ -1,11 +1,11 @@
 #include "neuronrt/profile.h"
 
-#include "neuronrt/config.h"
-
 #include <algorithm>
 #include <set>
 #include <sstream>
 #include <stdexcept>
+
+#include "neuronrt/config.h"
 
 namespace neuronrt {
 namespace {
@@ -13,10 +13,10 @@ namespace {
 // Figures from AWS's Trainium2/Trainium3 architecture pages (see shared/docs/trainium.md).
 const std::vector<ChipProfile>& profiles() {
   static const std::vector<ChipProfile> all = {
-      {"trn2", "NeuronCore-v3", 8, 96 * kGiB, 2.9e12, 667e12, 181e12, 1299e12, 3.5e12, 1.28e12,
-       28ull << 20, 2ull << 20},
-      {"trn3", "NeuronCore-v4", 8, 144 * kGiB, 4.9e12, 671e12, 183e12, 2517e12, 3.5e12, 2.56e12,
-       32ull << 20, 2ull << 20},
+      {"trn2", "NeuronCore-v3", 8, 96 * kGiB, 2.9e12, 667e12, 181e12, 1299e12, 3.5e12, 1.28e12, 28ull << 20,
+       2ull << 20},
+      {"trn3", "NeuronCore-v4", 8, 144 * kGiB, 4.9e12, 671e12, 183e12, 2517e12, 3.5e12, 2.56e12, 32ull << 20,
+       2ull << 20},
   };
   return all;
 }
@@ -54,9 +54,8 @@ std::vector<int> parse_core_list(const std::string& spec, int limit) {
       hi = parse_core(item.substr(dash + 1));
     }
     if (lo < 0 || hi < lo || hi >= limit) {
-      throw std::invalid_argument("NEURON_RT_VISIBLE_CORES: range '" + item +
-                                  "' is outside the " + std::to_string(limit) +
-                                  " logical cores of this instance");
+      throw std::invalid_argument("NEURON_RT_VISIBLE_CORES: range '" + item + "' is outside the " +
+                                  std::to_string(limit) + " logical cores of this instance");
     }
     for (int i = lo; i <= hi; ++i) out.insert(i);
   }
@@ -64,15 +63,14 @@ std::vector<int> parse_core_list(const std::string& spec, int limit) {
   return {out.begin(), out.end()};
 }
 
-Topology Topology::make(const std::string& profile, int lnc, int chips,
-                        const std::string& visible_cores, uint64_t hbm_override) {
+Topology Topology::make(const std::string& profile, int lnc, int chips, const std::string& visible_cores,
+                        uint64_t hbm_override) {
   Topology t;
   t.profile = find_profile(profile);
   if (!t.profile) {
     std::string known;
     for (auto& n : profile_names()) known += (known.empty() ? "" : ", ") + n;
-    throw std::invalid_argument("TORCH_NEURONX_PROFILE: unknown profile '" + profile +
-                                "' (known: " + known + ")");
+    throw std::invalid_argument("TORCH_NEURONX_PROFILE: unknown profile '" + profile + "' (known: " + known + ")");
   }
   if (lnc != 1 && lnc != 2)
     throw std::invalid_argument("NEURON_LOGICAL_NC_CONFIG must be 1 or 2, got " + std::to_string(lnc));
@@ -90,7 +88,8 @@ Topology Topology::make(const std::string& profile, int lnc, int chips,
   }
   if (visible.size() > static_cast<size_t>(kMaxDevices)) {
     throw std::invalid_argument(std::to_string(visible.size()) + " logical cores are visible, more than the " +
-                                std::to_string(kMaxDevices) + " devices a process can address; narrow them with "
+                                std::to_string(kMaxDevices) +
+                                " devices a process can address; narrow them with "
                                 "NEURON_RT_VISIBLE_CORES");
   }
   const uint64_t hbm = hbm_override ? hbm_override : t.profile->hbm_bytes / per_chip;

@@ -54,8 +54,7 @@ std::string describe(const std::exception_ptr& e) {
 }
 
 int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
@@ -115,10 +114,10 @@ struct Queue::Segment {
   Queue* queue = nullptr;
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<Gathered> tasks;     // pushed by the host thread, taken by the worker
+  std::deque<Gathered> tasks;       // pushed by the host thread, taken by the worker
   std::atomic<bool> closed{false};  // written under mu; the worker's spin reads it without
   bool worker_waiting = false;      // under mu: whether a push must wake the worker
-  std::atomic<size_t> pushed{0};  // what the worker's spin reads without the lock
+  std::atomic<size_t> pushed{0};    // what the worker's spin reads without the lock
   ~Segment() {
     for (auto& t : tasks) t.destroy(t.fn);
   }
@@ -371,9 +370,12 @@ uint64_t Queue::busy_ns() const {
 
 void Queue::run_task(Slot& slot, uint64_t seq) {
   if (g_prologue) {
-    poll_while([&] {
-      return submitted_.load(std::memory_order_acquire) == seq && g_host_waiting.load(std::memory_order_relaxed) == 0;
-    }, kHostDecisionSpin);
+    poll_while(
+        [&] {
+          return submitted_.load(std::memory_order_acquire) == seq &&
+                 g_host_waiting.load(std::memory_order_relaxed) == 0;
+        },
+        kHostDecisionSpin);
     g_prologue();
   }
   const bool timing = g_timing.load(std::memory_order_relaxed);

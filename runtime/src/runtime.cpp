@@ -1,13 +1,13 @@
 #include "neuronrt/runtime.h"
 
-#include "neuronrt/config.h"
-
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <stdexcept>
+
+#include "neuronrt/config.h"
 
 namespace neuronrt {
 namespace {
@@ -31,7 +31,8 @@ void on_segv(int sig, siginfo_t* info, void* ctx) {
     char msg[160];
     const int n = snprintf(msg, sizeof msg,
                            "neuron sanitizer: host access to neuron device memory at %p (neuron:%d) outside "
-                           "a queued task\n", info->si_addr, device);
+                           "a queued task\n",
+                           info->si_addr, device);
     if (n > 0) (void)!write(2, msg, static_cast<size_t>(n));
     // The access faults again on return, into the handler that was there before (Python's
     // faulthandler prints the offending thread's Python stack), else the default action.
@@ -66,7 +67,7 @@ Runtime::Runtime(RuntimeOptions options) : opts_(std::move(options)) {
     for (auto& m : memory_) m->set_host_access(false);
     if (!g_sanitized) {
       g_sanitized = this;
-      struct sigaction sa {};
+      struct sigaction sa{};
       sa.sa_sigaction = on_segv;
       sa.sa_flags = SA_SIGINFO;
       sigaction(SIGSEGV, &sa, &g_previous_segv);

@@ -219,7 +219,8 @@ void ShmGroup::exchange_fds() {
   const std::string name = segment_name().substr(1) + "-fds";
   sockaddr_un addr;
   socklen_t len = abstract_address(name, addr);
-  if (listener.fd < 0 || bind(listener.fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(listener.fd, n) != 0) {
+  if (listener.fd < 0 || bind(listener.fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+      listen(listener.fd, n) != 0) {
     throw std::runtime_error("neuron: cannot open a socket to share device memory with " + opts_.label + ": " +
                              errno_text());
   }
@@ -275,11 +276,12 @@ uint8_t* ShmGroup::peer(int r, const Location& where) {
   auto& [base, size] = maps[where.device];
   if (base == nullptr) {
     const int fd = peer_fds_[r][where.device];
-    struct stat st {};
+    struct stat st{};
     void* p = fstat(fd, &st) == 0 ? mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0)
                                   : MAP_FAILED;
     if (p == MAP_FAILED) {
-      throw std::runtime_error("neuron: cannot map the device memory of rank " + std::to_string(r) + ": " + errno_text());
+      throw std::runtime_error("neuron: cannot map the device memory of rank " + std::to_string(r) + ": " +
+                               errno_text());
     }
     base = static_cast<uint8_t*>(p);
     size = st.st_size;
@@ -369,16 +371,14 @@ void ShmGroup::arrive() {
 void ShmGroup::end() { what_.clear(); }
 
 void ShmGroup::check_signatures() {
-  auto signature = [&](int r) {
-    return std::string(state(r)->signature[first_round_ % 2]);
-  };
+  auto signature = [&](int r) { return std::string(state(r)->signature[first_round_ % 2]); };
   const std::string own = signature(opts_.rank);
   for (int r = 0; r < opts_.size; ++r) {
     if (const std::string other = signature(r); other != own) {
       // Every rank sees the same mismatch and fails; none waits for the others.
-      fail("neuron: mismatched collectives on " + opts_.label + " (collective #" +
-                            std::to_string(collectives_) + "): rank " + std::to_string(opts_.rank) + " called " +
-                            own + ", rank " + std::to_string(r) + " called " + other);
+      fail("neuron: mismatched collectives on " + opts_.label + " (collective #" + std::to_string(collectives_) +
+           "): rank " + std::to_string(opts_.rank) + " called " + own + ", rank " + std::to_string(r) + " called " +
+           other);
     }
   }
 }

@@ -1,9 +1,10 @@
+#include "neuronrt/config.h"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <string>
 
-#include "neuronrt/config.h"
 #include "neuronrt/profile.h"
 
 using namespace neuronrt;
@@ -47,8 +48,9 @@ TEST(Config, EnvironmentIsReadStrictly) {
   EXPECT_FALSE(config::flag("TORCH_NEURONX_SANITIZE"));
   unsetenv("TORCH_NEURONX_SANITIZE");
   setenv("TORCH_NEURONX_FALLBACK", "loud", 1);
-  EXPECT_NE(error_of([] { config::choice("TORCH_NEURONX_FALLBACK", "warn", {"warn", "error", "silent"}); }).find("warn"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([] { config::choice("TORCH_NEURONX_FALLBACK", "warn", {"warn", "error", "silent"}); }).find("warn"),
+      std::string::npos);
   unsetenv("TORCH_NEURONX_FALLBACK");
   EXPECT_THROW(config::raw("TORCH_NEURONX_NOT_A_SETTING"), std::logic_error);
 }

@@ -1,9 +1,10 @@
+#include "neuronrt/ipc.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
 
-#include "neuronrt/ipc.h"
 #include "neuronrt/memory.h"
 
 using neuronrt::DeviceMemory;

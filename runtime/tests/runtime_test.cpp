@@ -1,3 +1,5 @@
+#include "neuronrt/runtime.h"
+
 #include <gtest/gtest.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -9,8 +11,6 @@
 #include <memory>
 #include <thread>
 #include <vector>
-
-#include "neuronrt/runtime.h"
 
 using namespace neuronrt;
 
@@ -422,7 +422,7 @@ TEST(Runtime, SanitizerCatchesHostAccessOutsideTasks) {
   int seen = 0;
   rt.queue(0, 0).submit("read", [p, &seen] { seen = p[0]; });
   EXPECT_EQ(seen, 5);
-  struct sigaction sa {}, old {};
+  struct sigaction sa{}, old{};
   sa.sa_handler = on_segv;
   sigaction(SIGSEGV, &sa, &old);
   bool caught = false;

@@ -1,5 +1,7 @@
 // The shared-memory transport, with threads standing in for the ranks of a group (the segment and
 // its protocol are the same across processes; dead processes are tested from Python).
+#include "neuronrt/shm_group.h"
+
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -13,8 +15,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include "neuronrt/shm_group.h"
 
 using namespace neuronrt;
 
@@ -93,7 +93,8 @@ TEST(ShmGroup, EveryRankReadsEveryRanksBufferEachRound) {
         int got;
         std::memcpy(&got, g.buffer(r), sizeof(got));
         if (got != round * 10 + r)
-          throw std::runtime_error("round " + std::to_string(round) + " read " + std::to_string(got) + " from rank " + std::to_string(r));
+          throw std::runtime_error("round " + std::to_string(round) + " read " + std::to_string(got) + " from rank " +
+                                   std::to_string(r));
       }
       g.end();
     }

@@ -91,7 +91,8 @@ def out_checks(op, ns, sample, expected, fresh):
         return problem
 
     def wrong_size(device):
-        return out_tensors(expected, lambda e: torch.zeros((1,) if e.numel() != 1 else (2,), dtype=e.dtype, device=device))
+        return out_tensors(expected, lambda e: torch.zeros((1,) if e.numel() != 1 else (2,), dtype=e.dtype,
+                                                           device=device))
 
     cpu = [_resize_warnings(lambda: call(sample, wrong_size("cpu"))) for _ in range(2)]
     if min(cpu) < 0:

@@ -276,8 +276,8 @@ def _worker_results(archs: list, timeout: float, log: str):
     env = dict(os.environ, TORCH_NEURONX_FALLBACK="silent", PYTHONWARNINGS="ignore", HF_HUB_OFFLINE="1")
     with open(log, "a") as err:
         # Its own session: a timeout kills the worker and the compile workers it started.
-        proc = subprocess.Popen([sys.executable, "-P", os.path.abspath(__file__), "--worker", "--archs", ",".join(archs)],
-                                stdout=subprocess.PIPE, stderr=err, env=env, start_new_session=True)
+        worker = [sys.executable, "-P", os.path.abspath(__file__), "--worker", "--archs", ",".join(archs)]
+        proc = subprocess.Popen(worker, stdout=subprocess.PIPE, stderr=err, env=env, start_new_session=True)
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
     current, started, buf, reported = None, time.time(), b"", set()

@@ -11,8 +11,8 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 
 H, HEADS, KV, HEAD_DIM, FF, LAYERS, VOCAB, POS = 64, 4, 2, 16, 128, 2, 256, 128
 EXPERTS, TOPK, MOE_FF = 4, 2, 32
-LAYER_FIELDS = "num_hidden_layers n_layer n_layers num_layers decoder_layers encoder_layers num_layers_per_stack depth " \
-               "num_blocks"
+LAYER_FIELDS = ("num_hidden_layers n_layer n_layers num_layers decoder_layers encoder_layers num_layers_per_stack "
+                "depth num_blocks")
 
 
 def _names(*groups):
@@ -202,7 +202,8 @@ def _consistent(kw, values, defaults):
     elif _is_int(heads) and _is_int(get("num_key_value_heads")) and heads % get("num_key_value_heads"):
         kw["num_key_value_heads"] = 1
     # A Mamba mixer's heads * head size is expand * hidden size.
-    for n_heads, d_head, expand in (("mamba_n_heads", "mamba_d_head", "mamba_expand"), ("num_heads", "head_dim", "expand"),
+    for n_heads, d_head, expand in (("mamba_n_heads", "mamba_d_head", "mamba_expand"),
+                                    ("num_heads", "head_dim", "expand"),
                                     ("mamba_num_heads", "mamba_head_dim", "mamba_expand"),
                                     ("n_mamba_heads", "mamba_headdim", "mamba_expand")):
         if all(_is_int(get(n)) for n in (n_heads, expand, "hidden_size")):

@@ -3,10 +3,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <exception>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -32,11 +32,11 @@ class TaskError : public std::runtime_error {
 };
 
 struct QueueOptions {
-  std::string name;              // "neuron:0 stream 3", for error messages
-  bool blocking = false;         // every submit waits for its task (NEURON_LAUNCH_BLOCKING)
-  std::function<void()> enter;   // around every task: the sanitizer opens device memory
+  std::string name;             // "neuron:0 stream 3", for error messages
+  bool blocking = false;        // every submit waits for its task (NEURON_LAUNCH_BLOCKING)
+  std::function<void()> enter;  // around every task: the sanitizer opens device memory
   std::function<void()> leave;
-  int64_t tag = 0;               // the owner's id for this queue (the torch layer's stream id)
+  int64_t tag = 0;  // the owner's id for this queue (the torch layer's stream id)
 };
 
 // A queue holds up to kSlots tasks in a fixed ring, like a hardware queue of fixed depth: submit
@@ -195,7 +195,7 @@ class Queue {
   std::vector<Slot> slots_;
   std::mutex submit_mu_;          // producers
   uint64_t known_completed_ = 0;  // guarded by submit_mu_
-  mutable std::mutex mu_;  // sleeping, waiting and the error
+  mutable std::mutex mu_;         // sleeping, waiting and the error
   std::condition_variable work_cv_;
   mutable std::condition_variable done_cv_;
   // Written by the host and by the worker respectively: separate cache lines, so the worker
@@ -204,7 +204,7 @@ class Queue {
   alignas(64) std::atomic<uint64_t> completed_{0};
   alignas(64) char pad_[1] = {};
   std::atomic<bool> worker_sleeping_{false};
-  std::atomic<int64_t> busy_ns_{0};        // finished busy periods; written by the worker only
+  std::atomic<int64_t> busy_ns_{0};         // finished busy periods; written by the worker only
   std::atomic<int64_t> busy_since_ns_{-1};  // the current busy period's start, -1 when idle
   mutable std::atomic<int> waiters_{0};
   std::atomic<bool> stop_{false};

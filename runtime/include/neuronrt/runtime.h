@@ -79,8 +79,8 @@ class Runtime {
   void leave_task();
 
   RuntimeOptions opts_;
-  int64_t started_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
-      std::chrono::steady_clock::now().time_since_epoch()).count();
+  int64_t started_ns_ =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
   std::vector<std::unique_ptr<DeviceMemory>> memory_;
   Queue* make_queue(int device, int id);
 

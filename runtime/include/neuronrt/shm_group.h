@@ -49,8 +49,8 @@ struct ShmGroupOptions {
   std::string label;  // "group 'default_pg'", for messages
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   size_t buffer_bytes = size_t{256} << 10;  // one half of a rank's round buffer (metadata)
-  size_t chunk_bytes = size_t{1} << 20;   // one chunk of a point-to-point channel
-  std::vector<int> share_fds;  // this process's device memory files, by device index
+  size_t chunk_bytes = size_t{1} << 20;     // one chunk of a point-to-point channel
+  std::vector<int> share_fds;               // this process's device memory files, by device index
   // The rendezvous: a key-value store all ranks share (keys are private to this group).
   std::function<void(const std::string& key, const std::string& value)> store_set;
   std::function<std::string(const std::string& key)> store_get;  // blocks until the key exists
@@ -110,11 +110,11 @@ class ShmGroup {
   size_t bytes_ = 0;
   size_t ranks_at_ = 0, channels_at_ = 0, buffers_at_ = 0, chunks_at_ = 0;  // offsets in the segment
   Header* header_ = nullptr;
-  uint64_t round_ = 0;          // the current round (rounds count from 1)
-  uint64_t first_round_ = 0;    // of the collective in progress
-  uint64_t collectives_ = 0;    // started on this group, for messages (collectives' thread)
-  std::string what_;            // the collective in progress (collectives' thread)
-  std::vector<uint64_t> sent_, received_;  // chunks per peer, point to point
+  uint64_t round_ = 0;                      // the current round (rounds count from 1)
+  uint64_t first_round_ = 0;                // of the collective in progress
+  uint64_t collectives_ = 0;                // started on this group, for messages (collectives' thread)
+  std::string what_;                        // the collective in progress (collectives' thread)
+  std::vector<uint64_t> sent_, received_;   // chunks per peer, point to point
   std::vector<std::vector<int>> peer_fds_;  // [rank][device], received (ours: dup'ed)
   std::vector<std::vector<std::pair<uint8_t*, size_t>>> peer_maps_;  // mapped on first use
 };
