@@ -1,5 +1,6 @@
-"""torch.compile on neuron: the "neuron" backend, Inductor on neuron, static shapes, the disk cache,
-the counters, and the Hugging Face static-cache generate that compiles its decode step."""
+"""torch.compile on neuron: the "neuron" backend, Inductor on neuron, static shapes, the counters,
+and the Hugging Face static-cache generate that compiles its decode step (the disk cache:
+test_compile_cache.py)."""
 import os
 import warnings
 
@@ -183,39 +184,6 @@ def test_static_cache_generate_compiles_the_decode_step_once(dtype):
             assert torch.equal(got.cpu(), w)
     s = torch_neuronx.compile_stats()
     assert s["graphs_compiled"] == 1 and s["recompiles"] == 0, s  # 3 prompts x 7 decode steps, one program
-
-
-def test_second_process_starts_warm_and_corrupt_entries_are_recompiled(tmp_path):
-    code = ("import torch, torch_neuronx\ntorch.manual_seed(0)\n"
-            "m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3)).to('neuron')\n"
-            "x = torch.randn(4, 8, device='neuron')\n"
-            "y = torch.compile(m, backend='neuron')(x)\n"
-            "assert torch.allclose(y.cpu(), m(x).cpu(), atol=1e-6)\n"
-            "s = torch_neuronx.compile_stats(); print(s['cache_hits'], s['cache_misses'])\n")
-    env = {"TORCH_NEURONX_CACHE_DIR": str(tmp_path), "TORCH_NEURONX_LOG": "compile"}
-    first = run_python(code, env, timeout=300)
-    assert first.stdout.split() == ["0", "1"], first.stderr[-2000:]
-    assert "neuron compile: graph" in first.stderr
-    second = run_python(code, env, timeout=300)
-    assert second.stdout.split() == ["1", "0"], second.stderr[-2000:]
-    for folder, _, names in os.walk(tmp_path):  # truncate every entry of the cache
-        for name in names:
-            path = os.path.join(folder, name)
-            with open(path, "r+b") as f:
-                f.truncate(max(0, os.path.getsize(path) // 2))
-    third = run_python(code, env, timeout=300)
-    assert third.returncode == 0 and third.stdout.split() == ["0", "1"], third.stderr[-2000:]
-
-
-def test_cache_keeps_under_its_size_limit(tmp_path):
-    from torch_neuronx.compile import cache
-
-    for i in range(10):
-        (tmp_path / f"entry{i}").write_bytes(b"x" * 1000)
-        os.utime(tmp_path / f"entry{i}", (1000 + i, 1000 + i))
-    freed = cache.evict(str(tmp_path), limit=4500)
-    assert freed == 6000
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f"entry{i}" for i in range(6, 10)]  # the newest stay
 
 
 def test_compiled_programs_keep_device_memory_closed_to_the_host():

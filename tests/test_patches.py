@@ -66,3 +66,14 @@ def test_grad_scaler_float32_reciprocal():
     assert getattr(unscale, "_neuron", False), "patch grad_scaler_float32_reciprocal is not installed"
     assert "self._scale.double().reciprocal().float()" in _source(unscale), \
         "patch grad_scaler_float32_reciprocal: GradScaler.unscale_ no longer takes the reciprocal in float64"
+
+
+def test_inductor_neuron_compile_cache():
+    r = run_python(
+        "import torch, inspect\n"
+        "import torch._inductor.compile_fx as cfx\n"
+        "assert getattr(cfx.compile_fx, '_neuron', False), 'not installed'\n"
+        "params = list(inspect.signature(cfx.compile_fx.__wrapped__).parameters)\n"
+        "assert params[:2] == ['model_', 'example_inputs_'], params\n"
+        "print('ok')\n", timeout=300)
+    assert r.stdout.strip().endswith("ok"), "patch inductor_neuron_compile_cache: " + r.stdout + r.stderr[-3000:]

@@ -343,6 +343,32 @@ def grad_scaler_float32_reciprocal() -> None:
     grad_scaler.GradScaler.unscale_ = unscale_
 
 
+def inductor_neuron_compile_cache(compile_fx_module) -> None:
+    """Inductor has one cache folder per process for every device's graphs (TORCHINDUCTOR_CACHE_DIR,
+    read at each use); neuron programs have their own cache (torch_neuronx.compile.cache: versioned,
+    verified, evicted whole). torch._inductor.compile_fx.compile_fx is the default backend's entry
+    (torch.compile's Inductor wrapper and Dynamo's "inductor" backend import it at each call): a
+    graph whose inputs are on neuron is compiled with the neuron cache, as the "neuron" backend's
+    graphs are; any other graph goes through unchanged, with Inductor's own cache."""
+    import functools
+
+    original = compile_fx_module.compile_fx
+    if getattr(original, "_neuron", False):
+        return
+
+    @functools.wraps(original)
+    def compile_fx(model_, example_inputs_, *args, **kwargs):
+        if not any(isinstance(x, torch.Tensor) and x.device.type == "neuron" for x in example_inputs_):
+            return original(model_, example_inputs_, *args, **kwargs)
+        from .compile import cache
+
+        return cache.compile_with_cache(model_, example_inputs_, kwargs.get("config_patches"),
+                                        lambda: original(model_, example_inputs_, *args, **kwargs))
+
+    compile_fx._neuron = True
+    compile_fx_module.compile_fx = compile_fx
+
+
 def install() -> None:
     tensor_printing()
     device_test_naming()

@@ -7,7 +7,8 @@ __all__ = ["compile_stats", "reset_compile_stats"]
 
 def _register_lazily() -> None:
     """Registers the Dynamo backend and Inductor's neuron code generator when those modules load:
-    importing them eagerly would double the cost of `import torch`."""
+    importing them eagerly would double the cost of `import torch`. Nothing here touches a cache:
+    the neuron compile cache is set up by each neuron compile (cache.py), never for other devices."""
     from .. import _patches
 
     def register_backend(registry):
@@ -16,18 +17,11 @@ def _register_lazily() -> None:
 
             registry.register_backend(compiler_fn=neuron_backend, name="neuron")
 
-    def register_inductor(_module):
-        from . import cache, inductor
+    def register_inductor(module):
+        from . import inductor
 
-        cache.configure()
         inductor.register()
+        _patches.inductor_neuron_compile_cache(module)
 
     _patches.after_import("torch._dynamo.backends.registry", register_backend)
-    _patches.after_import("torch._inductor.runtime.cache_dir_utils", lambda _m: _configure_cache())
     _patches.after_import("torch._inductor.compile_fx", register_inductor)
-
-
-def _configure_cache() -> None:
-    from . import cache
-
-    cache.configure()

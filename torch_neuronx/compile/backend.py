@@ -12,9 +12,10 @@ How a graph becomes a neuron program:
    (matmul and the like are neuron ops) form a program that holds one queue position; the worker
    starts each kernel as it is launched (inductor.program_call): asynchronous, ordered with eager
    ops, never touching device memory from the host.
-5. Compiled programs (kernels and graphs) are cached on disk under TORCH_NEURONX_CACHE_DIR, keyed
-   by the graph, input shapes/dtypes/strides, the compiler versions and flags, and the device
-   profile (compile/cache.py); a second process compiling the same model starts warm.
+5. Compiled programs (kernels and graphs, forward and backward) are cached on disk under
+   TORCH_NEURONX_CACHE_DIR, one verified entry per compile, keyed by the graph, input
+   shapes/dtypes/strides, the compiler versions and flags, and the device profile
+   (compile/cache.py); a second process compiling the same model starts warm.
 
 Every compile, cache hit, recompile (with its reason) and graph break is counted:
 `torch_neuronx.compile_stats()`; `TORCH_NEURONX_LOG=compile` prints a line per compile.
@@ -69,11 +70,11 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = 
                       stacklevel=2)
     _check_static(gm, example_inputs)
     inductor.register()
-    cache.configure()
     record = stats.begin_compile(gm)
     start = time.perf_counter()
     try:
-        compiled = cache.compile_with_cache(lambda: compile_fx(gm, example_inputs, config_patches=options or {}))
+        compiled = cache.compile_with_cache(gm, example_inputs, options,
+                                            lambda: compile_fx(gm, example_inputs, config_patches=options or {}))
     finally:
         stats.end_compile(record, time.perf_counter() - start)
     return compiled

@@ -1,30 +1,67 @@
 """The disk cache of compiled neuron programs.
 
+Scope: only compiles of neuron graphs use it — backend "neuron", and the default Inductor backend
+when a graph's inputs are on neuron (`_patches.inductor_neuron_compile_cache`). Nothing is set up
+when the package loads or when Inductor is imported, so CPU (and every other device's) compiles
+keep Inductor's own cache, where and as they would without this package.
+
+Entry: what one neuron compile writes. Each neuron compile runs Inductor in a private, empty work
+folder — its TORCHINDUCTOR_CACHE_DIR for that compile, with Inductor's in-memory caches cleared on
+the way in and out (Inductor's own `temporary_cache_dir`, so no kernel is skipped because an
+earlier compile built it elsewhere). The backward is compiled with the forward, not lazily at the
+first backward, outside the compile (so a forward-only use of a model that requires grad compiles
+its backward too), and the kernels' libraries are waited for as the wrapper loads
+(inductor.program_call). Afterwards that folder — the AOTAutograd and FX graph records, the
+wrapper .py, kernel sources and .so files, and Inductor's vector-ISA probes if this process had not
+run them yet — is the entry. Inductor shares kernels between graphs by content; entries do not (a
+kernel two entries use is stored twice): that is what lets an entry be written, verified and
+evicted as one unit.
+
 Layout: TORCH_NEURONX_CACHE_DIR (default: $XDG_CACHE_HOME/torch_neuronx, else ~/.cache/torch_neuronx)
-holds one folder per compiler identity — torch_neuronx version and a hash of its code generator's
-sources, torch version, device profile — so a program is only ever reused by the compiler and
-device it was built for. Inside, Inductor's
-caches: the AOTAutograd results and graphs (keyed by the graph, the input shapes, dtypes and
-strides, and every compiler flag) and the compiled kernels (keyed by their source).
-- Writes are atomic: an entry is written to a temporary file and renamed into place, so a reader
-  sees a whole entry or none, and processes compiling the same model at once both succeed.
-- A corrupted or truncated entry fails to load, is reported as a miss and is compiled again.
-- The folder is kept under TORCH_NEURONX_CACHE_SIZE bytes (default 10 GiB): after each compile the
-  least recently used files go first (a kernel whose file is gone is rebuilt from the source its
-  graph keeps).
+holds one folder per compiler identity (torch_neuronx version and a hash of its code generator's
+sources, torch version, device profile); inside, one folder per entry, named by a hash of the
+graph's code, its inputs' shapes, strides, dtypes and devices, grad mode and the compile options.
+That name only picks the folder: Inductor's own keys, inside it, decide whether a program is
+reused, so a name that is too coarse costs a compile, never a wrong program (a compile that misses
+inside an entry publishes the entry again, with both programs).
+- Written atomically: an entry is copied into a hidden folder, its manifest (each file's size and
+  SHA-256) written last, and the folder renamed into place: readers see a whole entry or none.
+- Verified: a hit copies the entry into the compile's work folder, hashing as it copies; a file
+  that does not match the manifest makes the entry damaged: it is removed, and the compile is a
+  miss that writes it again. Inductor only ever loads the verified copies.
+- Evicted whole: after each write the least recently used entries (a hit touches the manifest) are
+  removed until the folder fits TORCH_NEURONX_CACHE_SIZE (default 10 GiB); a limit smaller than one
+  entry keeps none.
+- A read-only cache is served read-only: hits only read it (Inductor's lock files are in the work
+  folder). A cache that cannot be created or written (read-only, full disk, a path through a file)
+  means compiling without caching, with one warning per process.
+The work folders are in the system's temporary folder and are removed when the process exits.
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
+import functools
 import hashlib
+import json
 import os
+import shutil
+import tempfile
 import threading
+import time
+import uuid
+import warnings
 
 import torch
 
 from .. import _C, __version__
 
-_lock = threading.Lock()
-_configured: str | None = None
+MANIFEST = "MANIFEST.json"
+_SKIP = ("locks",)  # Inductor's lock files: per process, never part of an entry
+_STALE_SECONDS = 3600  # a hidden folder this old was left by a process that died while writing
+_state = threading.local()
+_warned = False
+_work_folders: list = []
 
 
 def root() -> str:
@@ -35,6 +72,7 @@ def root() -> str:
     return os.path.join(base, "torch_neuronx")
 
 
+@functools.cache  # the sources this process loaded: one folder for all its compiles
 def _codegen_fingerprint() -> str:
     """A hash of the sources that shape the generated code: a changed code generator must not
     reuse programs written by the old one, even under the same version number."""
@@ -54,64 +92,179 @@ def directory() -> str:
     return os.path.join(root(), f"neuronx-{__version__}-{_codegen_fingerprint()}-torch-{torch_version}-{profile}")
 
 
-_MARK = "_TORCH_NEURONX_INDUCTOR_CACHE_DIR"  # what this package set, inherited by child processes
-
-
-def configure() -> str:
-    """Points Inductor's caches at the neuron cache (once per process, before Inductor first asks).
-    A TORCHINDUCTOR_CACHE_DIR the user set is kept; Inductor's default, or one this package set in a
-    parent process, is not."""
-    global _configured
-    with _lock:
-        if _configured is None:
-            path = directory()
-            os.makedirs(path, exist_ok=True)
-            from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
-            current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-            if not current or current in (os.environ.get(_MARK), default_cache_dir()):
-                os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.environ[_MARK] = path
-            _configured = os.environ["TORCHINDUCTOR_CACHE_DIR"]
-        return _configured
-
-
 def size_limit() -> int:
     return int(_C._config_bytes("TORCH_NEURONX_CACHE_SIZE", 10 << 30))
 
 
-def _files(path: str):
-    for folder, _, names in os.walk(path):
+def entry_key(gm, example_inputs, options) -> str:
+    """The entry folder's name (see the note above: a partition, not the program's identity)."""
+    digest = hashlib.sha256(gm.code.encode())
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor):
+            digest.update(repr((x.dtype, x.device.type, tuple(x.shape), tuple(x.stride()), x.requires_grad)).encode())
+        else:
+            digest.update(repr(x if isinstance(x, (int, float, bool, torch.SymInt)) else type(x)).encode())
+    digest.update(repr((torch.is_grad_enabled(), sorted((str(k), repr(v)) for k, v in (options or {}).items())))
+                  .encode())
+    return digest.hexdigest()[:32]
+
+
+def _warn_uncached(error: OSError) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        warnings.warn(f"neuron: the compile cache {root()} cannot be written ({error}); compiling without caching "
+                      "(set TORCH_NEURONX_CACHE_DIR to a writable folder to cache compiled programs)", stacklevel=3)
+
+
+def _user_inductor_dir() -> str | None:
+    """A TORCHINDUCTOR_CACHE_DIR the user set (Inductor's fresh_cache() in PyTorch's tests, say): neuron
+    compiles then use it as Inductor would, without this cache. Inductor writes its default there
+    itself the first time it asks, which does not count."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    return current if current and os.path.abspath(current) != os.path.abspath(default_cache_dir()) else None
+
+
+def _files(folder: str) -> list:
+    """The entry's files under `folder`, as paths relative to it."""
+    found = []
+    for parent, dirs, names in os.walk(folder):
+        dirs[:] = [d for d in dirs if not (parent == folder and d in _SKIP)]
         for name in names:
-            full = os.path.join(folder, name)
-            try:
-                st = os.stat(full)
-            except OSError:
-                continue  # removed by another process meanwhile
-            yield full, st.st_size, max(st.st_atime, st.st_mtime)
+            if not name.endswith(".tmp") and not (parent == folder and name == MANIFEST):
+                found.append(os.path.relpath(os.path.join(parent, name), folder))
+    return sorted(found)
 
 
-def evict(path: str | None = None, limit: int | None = None) -> int:
-    """Removes the least recently used files until the folder fits the limit; returns bytes freed."""
-    path = path or configure()
+def _copy(src: str, dst: str, names) -> dict:
+    """Copies the named files from src to dst; returns {name: [size, sha256]} of what was copied."""
+    copied = {}
+    for name in names:
+        target = os.path.join(dst, name)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        digest, size = hashlib.sha256(), 0
+        with open(os.path.join(src, name), "rb") as fin, open(target, "wb") as fout:
+            while chunk := fin.read(1 << 20):
+                digest.update(chunk)
+                size += len(chunk)
+                fout.write(chunk)
+        shutil.copymode(os.path.join(src, name), target)  # the .so files stay executable
+        copied[name] = [size, digest.hexdigest()]
+    return copied
+
+
+def _remove(folder: str) -> None:
+    shutil.rmtree(folder, ignore_errors=True)  # a read-only cache keeps it: then it is only skipped
+
+
+def restore(entry: str, work: str) -> dict | None:
+    """Copies a verified entry into the work folder and returns its manifest; a missing entry gives
+    None, a damaged one is removed and gives None (the work folder is emptied again)."""
+    manifest_path = os.path.join(entry, MANIFEST)
+    if not os.path.isdir(entry):
+        return None
+    try:
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+        if _copy(entry, work, manifest) == manifest:
+            with contextlib.suppress(OSError):
+                os.utime(manifest_path)  # most recently used (not on a read-only cache)
+            return manifest
+    except (OSError, ValueError, TypeError):  # unreadable, vanished meanwhile, or not a manifest
+        pass
+    _remove(entry)
+    _remove(work)
+    os.makedirs(work)
+    return None
+
+
+def publish(work: str, entry: str) -> None:
+    """Writes the work folder's files as the entry, atomically (see the note above)."""
+    parent = os.path.dirname(entry)
+    staging = os.path.join(parent, f".tmp-{os.getpid()}-{uuid.uuid4().hex}")
+    try:
+        manifest = _copy(work, staging, _files(work))
+        with open(os.path.join(staging, MANIFEST), "w") as f:
+            json.dump(manifest, f)
+        try:
+            os.rename(staging, entry)
+        except OSError:  # an older entry of that name (republishing, or another process won)
+            old = os.path.join(parent, f".old-{os.getpid()}-{uuid.uuid4().hex}")
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(entry, old)
+            os.rename(staging, entry)
+            _remove(old)
+    finally:
+        _remove(staging)
+
+
+def _entries(folder: str):
+    """(path, size, last use) of each entry. A folder with no manifest is an entry being written, or
+    what a process that died while writing or removing one left: removed once it is stale."""
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        try:
+            if name.startswith(".") or not os.path.exists(os.path.join(path, MANIFEST)):
+                if time.time() - os.stat(path).st_mtime > _STALE_SECONDS:
+                    _remove(path)
+                continue
+            used = os.stat(os.path.join(path, MANIFEST)).st_mtime
+            yield path, sum(os.path.getsize(os.path.join(path, n)) for n in _files(path)), used
+        except OSError:  # removed by another process meanwhile
+            continue
+
+
+def evict(folder: str | None = None, limit: int | None = None) -> int:
+    """Removes the least recently used entries, whole, until the folder fits the limit; returns bytes freed."""
+    folder = folder or directory()
     limit = size_limit() if limit is None else limit
-    files = sorted(_files(path), key=lambda f: f[2])
-    total = sum(size for _, size, _ in files)
+    entries = sorted(_entries(folder), key=lambda e: e[2])
+    total = sum(size for _, size, _ in entries)
     freed = 0
-    for name, size, _ in files:
+    for path, size, _ in entries:
         if total - freed <= limit:
             break
-        try:
-            os.remove(name)
-            freed += size
-        except OSError:
-            pass
+        _remove(path)
+        freed += size
     return freed
 
 
-def compile_with_cache(compile_fn):
-    """Runs a compile with the neuron cache in place, then keeps the cache under its size limit."""
-    configure()
+def _work_folder() -> str:
+    work = tempfile.mkdtemp(prefix="torch_neuronx-compile-")
+    if not _work_folders:
+        atexit.register(lambda: [_remove(w) for w in _work_folders])
+    _work_folders.append(work)
+    return work
+
+
+def compile_with_cache(gm, example_inputs, options, compile_fn):
+    """Runs compile_fn (Inductor on a neuron graph) with the neuron cache: the entry is restored
+    into a private work folder, Inductor compiles there, and what it wrote becomes the entry."""
+    if getattr(_state, "active", False) or _user_inductor_dir():
+        return compile_fn()  # a nested compile of the same graph, or the user's own Inductor cache
+    from torch._functorch import config as functorch_config
+    from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+
+    folder, entry = directory(), None
     try:
-        return compile_fn()
+        os.makedirs(folder, exist_ok=True)
+        entry = os.path.join(folder, entry_key(gm, example_inputs, options))
+    except OSError as e:
+        _warn_uncached(e)
+    work = _work_folder()
+    manifest = restore(entry, work) if entry else None
+    _state.active = True
+    try:
+        with temporary_cache_dir(work), functorch_config.patch(force_non_lazy_backward_lowering=True):
+            compiled = compile_fn()
     finally:
-        evict()
+        _state.active = False
+    if entry and (manifest is None or set(_files(work)) - set(manifest)):  # a miss: Inductor wrote something
+        try:
+            publish(work, entry)
+            evict(folder)
+        except OSError as e:
+            _warn_uncached(e)
+    return compiled

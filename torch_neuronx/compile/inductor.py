@@ -37,6 +37,7 @@ class NeuronCppKernel:
         self.kinds = "".join(kinds)
         self._binding = async_compile.cpp_pybinding(argtypes, source)
         self._addr = None
+        _unresolved.append(self)
 
     def _resolve(self) -> int:
         binding = self._binding
@@ -50,6 +51,9 @@ class NeuronCppKernel:
         _C._launch_cpu_kernel(self._addr or self._resolve(), self.name, self.kinds, args)
 
 
+_unresolved: list = []  # kernels whose library is still being built (Inductor's compile workers)
+
+
 def neuron_cpp_kernel(async_compile, argtypes: list, source: str, name: str = "kernel") -> NeuronCppKernel:
     return NeuronCppKernel(async_compile, name, argtypes, source)
 
@@ -58,7 +62,12 @@ def program_call(call, device: int = -1):
     """`call` (a compiled graph's launcher) with everything it launches on the stream made one task:
     the program takes one queue position, as a NEFF is one launch on Trainium, and the worker starts
     each kernel as the wrapper launches it. A wait inside it (a sync op, an event) first closes the
-    program, so it never holds back work a waiter waits for (see Queue::begin_program)."""
+    program, so it never holds back work a waiter waits for (see Queue::begin_program).
+
+    The wrapper calls this as it loads, within the compile: its kernels' libraries are waited for
+    here, so a compile ends with every file of its program written (the cache entry is whole)."""
+    while _unresolved:
+        _unresolved.pop()._resolve()
     begin, end = _C._program_begin, _C._program_end
 
     def run_program(args):

@@ -1,0 +1,259 @@
+"""The compile cache (torch_neuronx/compile/cache.py): only neuron compiles use it, entries are whole
+(written atomically, verified, evicted whole), and a cache that cannot be written, or is read-only,
+never fails a compile. Each process-level test runs in a fresh interpreter with the cache settings
+it names and none inherited."""
+import json
+import os
+import shutil
+
+import pytest
+
+from conftest import run_python
+
+# Settings a test process must not inherit from the one running the tests.
+_CLEAN = ("import os\n"
+          "for k in ('TORCHINDUCTOR_CACHE_DIR', 'XDG_CACHE_HOME', 'TORCH_NEURONX_CACHE_DIR',\n"
+          "          'TORCH_NEURONX_CACHE_SIZE'):\n"
+          "    if k not in os.environ.get('KEEP', '').split(','): os.environ.pop(k, None)\n")
+
+# Makes the cache folder FAULT_ROOT fail as a full disk (FAULT_ERRNO=ENOSPC: writing a file fails) or
+# as a read-only mount (EROFS: every change fails). Root ignores file modes, so tests inject the errors.
+_FAULTS = '''
+import builtins, errno, io, os, shutil
+_root = os.path.realpath(os.environ["FAULT_ROOT"])
+_err = getattr(errno, os.environ["FAULT_ERRNO"])
+def _under(*paths):
+    for p in paths:
+        try:
+            p = os.path.realpath(os.fsdecode(os.fspath(p)))
+        except TypeError:
+            continue
+        if p == _root or p.startswith(_root + os.sep):
+            return True
+    return False
+def _fail(p):
+    raise OSError(_err, os.strerror(_err), os.fsdecode(os.fspath(p)))
+_open = builtins.open
+def _guarded_open(file, mode="r", *a, **k):
+    if isinstance(file, (str, bytes, os.PathLike)) and set(mode) & set("wax+") and _under(file):
+        _fail(file)
+    return _open(file, mode, *a, **k)
+builtins.open = io.open = _guarded_open
+_os_open = os.open
+def _guarded_os_open(path, flags, *a, **k):
+    if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) and _under(path):
+        _fail(path)
+    return _os_open(path, flags, *a, **k)
+os.open = _guarded_os_open
+if _err == errno.EROFS:
+    def _guard(f):
+        def guarded(*a, **k):
+            if _under(*a[:2]):
+                _fail(a[0])
+            return f(*a, **k)
+        return guarded
+    for _name in ("mkdir", "rename", "replace", "remove", "unlink", "rmdir", "utime", "chmod"):
+        setattr(os, _name, _guard(getattr(os, _name)))
+    _rmtree = shutil.rmtree
+    def _guarded_rmtree(path, ignore_errors=False, *a, **k):
+        if _under(path):
+            if ignore_errors:
+                return
+            _fail(path)
+        return _rmtree(path, ignore_errors, *a, **k)
+    shutil.rmtree = _guarded_rmtree
+'''
+
+# Compiles f on neuron for each shape in SHAPES; prints the cache hits and misses, then each
+# compile-cache warning.
+_COMPILE = _CLEAN + '''
+import warnings
+warnings.simplefilter("always")
+import torch, torch_neuronx
+f = torch.compile(lambda t: torch.tanh(t) * 2 + 1, backend=os.environ.get("BACKEND", "neuron"))
+with warnings.catch_warnings(record=True) as caught:
+    for n in [int(s) for s in os.environ.get("SHAPES", "3").split(",")]:
+        x = torch.arange(2.0 * n).reshape(2, n)
+        assert torch.equal(f(x.to("neuron")).cpu(), torch.tanh(x) * 2 + 1)
+s = torch_neuronx.compile_stats()  # the neuron backend's; Inductor's own counters for the default backend
+if os.environ.get("BACKEND") == "inductor":
+    from torch._dynamo.utils import counters
+    s = {"cache_hits": counters["inductor"]["fxgraph_cache_hit"],
+         "cache_misses": counters["inductor"]["fxgraph_cache_miss"]}
+print(s["cache_hits"], s["cache_misses"])
+for w in caught:
+    if "compile cache" in str(w.message):
+        print("WARNING", w.message)
+'''
+
+
+def _compile(env, faults=False):
+    keep = ",".join(k for k in ("TORCH_NEURONX_CACHE_DIR", "TORCH_NEURONX_CACHE_SIZE") if k in env)
+    r = run_python((_FAULTS if faults else "") + _COMPILE, {"KEEP": keep, **env}, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.strip().split("\n")
+    return lines[0], [line for line in lines[1:] if line.startswith("WARNING")]
+
+
+def _snapshot(folder):
+    """Every path under folder with its size and modification time."""
+    seen = {}
+    for parent, dirs, names in os.walk(folder):
+        for name in dirs + names:
+            path = os.path.join(parent, name)
+            st = os.stat(path)
+            seen[os.path.relpath(path, folder)] = (st.st_size, st.st_mtime_ns)
+    return seen
+
+
+def _files(folder):
+    return [os.path.join(p, n) for p, _, names in os.walk(folder) for n in names]
+
+
+def test_cpu_compiles_keep_inductors_cache_as_without_the_backend(tmp_path):
+    """With an unwritable home and no cache settings, a CPU-only process with the backend loaded
+    imports torch._dynamo and compiles into Inductor's own folder, as one without the backend."""
+    (tmp_path / "home").write_text("a file: nothing can be created under it")
+    code = _CLEAN + (
+        "import json, torch, torch._dynamo\n"
+        "from torch._inductor.runtime.cache_dir_utils import cache_dir\n"
+        "x = torch.arange(6.0).reshape(2, 3)\n"
+        "y = torch.compile(lambda t: torch.sin(t) + t)(x)\n"
+        "out = {'backend': 'torch_neuronx' in __import__('sys').modules, 'cache': cache_dir(), 'result': y.tolist(),\n"
+        "       'fxgraph': os.path.isdir(os.path.join(cache_dir(), 'fxgraph'))}\n"
+        "if out['backend']:  # then a neuron compile (the default backend) must not move it either\n"
+        "    torch.compile(lambda t: t * 3)(x.to('neuron'))\n"
+        "    out['cache_after_neuron'] = cache_dir()\n"
+        "print(json.dumps(out))\n")
+    outs = {}
+    for autoload in ("1", "0"):
+        tmp = tmp_path / f"tmp{autoload}"
+        tmp.mkdir()
+        r = run_python(code, {"HOME": str(tmp_path / "home" / "sub"), "TMPDIR": str(tmp),
+                              "TORCH_DEVICE_BACKEND_AUTOLOAD": autoload}, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        outs[autoload] = json.loads(r.stdout.strip().split("\n")[-1])
+        assert outs[autoload]["cache"].startswith(str(tmp) + os.sep), outs[autoload]  # Inductor's default
+        assert outs[autoload]["fxgraph"], outs[autoload]
+    with_backend, without = outs["1"], outs["0"]
+    assert with_backend["backend"] and not without["backend"]
+    assert with_backend["result"] == without["result"]
+    assert os.path.relpath(with_backend["cache"], tmp_path / "tmp1") == os.path.relpath(without["cache"],
+                                                                                        tmp_path / "tmp0")
+    assert with_backend["cache_after_neuron"] == with_backend["cache"]
+
+
+@pytest.mark.parametrize("where", ["home", "cache_dir_is_a_file"])
+def test_an_unusable_cache_folder_compiles_without_caching_with_one_warning(tmp_path, where):
+    (tmp_path / "file").write_text("not a folder")
+    env = {"HOME": str(tmp_path / "file" / "sub")} if where == "home" else \
+        {"TORCH_NEURONX_CACHE_DIR": str(tmp_path / "file")}
+    counts, warned = _compile({**env, "SHAPES": "3,5"})
+    assert counts == "0 2"
+    assert len(warned) == 1 and "compiling without caching" in warned[0], warned
+
+
+def test_a_full_disk_compiles_without_caching_with_one_warning(tmp_path):
+    counts, warned = _compile({"TORCH_NEURONX_CACHE_DIR": str(tmp_path), "SHAPES": "3,5",
+                               "FAULT_ROOT": str(tmp_path), "FAULT_ERRNO": "ENOSPC"}, faults=True)
+    assert counts == "0 2"
+    assert len(warned) == 1 and "No space left on device" in warned[0], warned
+    assert _files(tmp_path) == []  # nothing half-written is left
+
+
+def test_a_read_only_warm_cache_is_served_without_writing(tmp_path):
+    env = {"TORCH_NEURONX_CACHE_DIR": str(tmp_path)}
+    assert _compile(env) == ("0 1", [])
+    before = _snapshot(tmp_path)
+    read_only = {**env, "FAULT_ROOT": str(tmp_path), "FAULT_ERRNO": "EROFS"}
+    assert _compile(read_only, faults=True) == ("1 0", [])  # a hit, and nothing to say
+    counts, warned = _compile({**read_only, "SHAPES": "3,4"}, faults=True)  # 4: a new program
+    assert counts == "1 1" and len(warned) == 1 and "Read-only file system" in warned[0], warned
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_cache_smaller_than_one_entry_keeps_none_and_compiles(tmp_path):
+    env = {"TORCH_NEURONX_CACHE_DIR": str(tmp_path), "TORCH_NEURONX_CACHE_SIZE": "1KiB"}
+    for _ in range(2):
+        assert _compile({**env, "SHAPES": "3,5"}) == ("0 2", [])
+        assert _files(tmp_path) == []  # entries go whole: no file of one is left behind
+
+
+def test_the_default_backend_on_neuron_uses_the_cache(tmp_path):
+    env = {"TORCH_NEURONX_CACHE_DIR": str(tmp_path), "BACKEND": "inductor"}
+    assert _compile(env) == ("0 1", [])
+    assert any(path.endswith(".main.so") for path in _files(tmp_path))  # the kernel is in the neuron cache
+    assert _compile(env) == ("1 0", [])
+
+
+@pytest.fixture(scope="module")
+def warm_cache(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("warm")
+    r = run_python(_COMPILE, {"TORCH_NEURONX_CACHE_DIR": str(folder), "KEEP": "TORCH_NEURONX_CACHE_DIR",
+                              "TORCH_NEURONX_LOG": "compile"}, timeout=300)
+    assert r.stdout.strip() == "0 1" and "neuron compile: graph" in r.stderr, r.stderr[-3000:]
+    return folder
+
+
+def _overwrite(path):
+    """Garbage at the start and in the middle of the file, its size unchanged."""
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        for offset in (0, size // 2):
+            f.seek(offset)
+            f.write(b"\xff\x00garbage\xfe"[:max(1, size // 4)])
+
+
+@pytest.mark.parametrize("damage", ["kernel .main.so", "wrapper .py", "every file truncated"])
+def test_a_damaged_entry_is_recompiled_and_rebuilt(tmp_path, warm_cache, damage):
+    shutil.copytree(warm_cache, tmp_path, dirs_exist_ok=True)
+    for path in _files(tmp_path):
+        if damage == "every file truncated":
+            with open(path, "r+b") as f:
+                f.truncate(os.path.getsize(path) // 2)
+        elif path.endswith(damage.split()[-1]):
+            _overwrite(path)
+    env = {"TORCH_NEURONX_CACHE_DIR": str(tmp_path)}
+    assert _compile(env) == ("0 1", [])  # a miss: compiled again, correct
+    assert _compile(env) == ("1 0", [])  # and the entry written again is whole
+
+
+def _entry(cache, folder, name, files):
+    work = folder / f"work-{name}"
+    for rel, data in files.items():
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_bytes(data)
+    (work / "locks").mkdir()
+    (work / "locks" / "x.lock").write_bytes(b"")
+    cache.publish(str(work), str(folder / "cache" / name))
+    return folder / "cache" / name
+
+
+def test_entries_are_evicted_whole_least_recently_used_first(tmp_path):
+    from torch_neuronx.compile import cache
+
+    (tmp_path / "cache").mkdir()
+    for i in range(5):
+        entry = _entry(cache, tmp_path, f"e{i}", {"ab/k.so": b"x" * 600, "fxgraph/g/1": b"y" * 400})
+        os.utime(entry / cache.MANIFEST, (1000 + i, 1000 + i))
+    assert sorted(os.listdir(tmp_path / "cache" / "e0")) == [cache.MANIFEST, "ab", "fxgraph"]  # no lock files
+    assert cache.evict(str(tmp_path / "cache"), limit=2500) == 3000
+    assert sorted(os.listdir(tmp_path / "cache")) == ["e3", "e4"]  # the most recently used, whole
+    assert all(len(_files(tmp_path / "cache" / e)) == 3 for e in ("e3", "e4"))
+    assert cache.evict(str(tmp_path / "cache"), limit=10) == 2000  # a limit below one entry keeps none
+    assert os.listdir(tmp_path / "cache") == []
+
+
+def test_restore_checks_every_file_against_the_manifest(tmp_path):
+    from torch_neuronx.compile import cache
+
+    (tmp_path / "cache").mkdir()
+    entry = _entry(cache, tmp_path, "e", {"ab/k.so": b"x" * 600, "ab/w.py": b"call = 1\n"})
+    (tmp_path / "into").mkdir()
+    assert cache.restore(str(entry), str(tmp_path / "into")) is not None
+    assert (tmp_path / "into" / "ab" / "w.py").read_bytes() == b"call = 1\n"
+    shutil.rmtree(tmp_path / "into")
+    (tmp_path / "into").mkdir()
+    (entry / "ab" / "w.py").write_bytes(b"call = 2\n")  # same size, other content
+    assert cache.restore(str(entry), str(tmp_path / "into")) is None
+    assert not entry.exists() and _files(tmp_path / "into") == []  # removed; nothing of it is loaded
