@@ -7,6 +7,12 @@ import torch
 
 assert torch.neuron.is_available(), "the neuron device must autoload with `import torch`"
 
+# PyTorch's device-generic test machinery (common_device_type, imported by test modules after
+# this) takes neuron's test base through its public hook.
+import torch_neuronx.testing  # noqa: E402
+
+os.environ.setdefault("TORCH_TEST_DEVICES", torch_neuronx.testing.TEST_BASE)
+
 
 def to_neuron(x):
     if isinstance(x, torch.Tensor):

@@ -23,12 +23,6 @@ def test_tensor_printing():
     assert str(torch.tensor([1.5], device="neuron")) == "tensor([1.5000], device='neuron:0')"
 
 
-def test_device_test_naming():
-    from torch.testing._internal import common_device_type
-
-    assert common_device_type.PrivateUse1TestBase.device_type == "neuron", "patch device_test_naming"
-
-
 def test_dynamo_static_neuron_shapes():
     from torch._dynamo.variables import builder
 

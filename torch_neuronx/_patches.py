@@ -59,17 +59,6 @@ def after_import(target: str, patch) -> None:
     _pending.setdefault(target, []).append(patch)
 
 
-def device_test_naming() -> None:
-    """torch.testing._internal.common_device_type names PrivateUse1 test classes "...PRIVATEUSE1"
-    until a test class has run once; naming the base "neuron" up front makes
-    instantiate_device_type_tests(..., only_for="neuron") create "...NEURON" classes."""
-
-    def patch(module):
-        module.PrivateUse1TestBase.device_type = "neuron"
-
-    after_import("torch.testing._internal.common_device_type", patch)
-
-
 def dynamo_static_neuron_shapes() -> None:
     """Dynamo's automatic dynamic shapes (torch._dynamo.variables.builder._automatic_dynamic) turn
     a dimension symbolic when a recompile sees it change. A neuron program has static shapes (each
@@ -371,7 +360,6 @@ def inductor_neuron_compile_cache(compile_fx_module) -> None:
 
 def install() -> None:
     tensor_printing()
-    device_test_naming()
     linear_cross_entropy_defaults()
     dynamo_static_neuron_shapes()
     accelerate_max_memory()

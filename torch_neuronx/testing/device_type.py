@@ -6,6 +6,10 @@
 
 
 class NeuronTestBase(PrivateUse1TestBase):  # noqa: F821 (a global of common_device_type)
+    # Test classes are named ...NEURON from the start (the generic base says "privateuse1" until
+    # its first setUpClass).
+    device_type = "neuron"
+
     @classmethod
     def instantiate_test(cls, name, test, *, generic_cls=None):
         # The OpInfo database is complete only once the test file has imported it, after this
