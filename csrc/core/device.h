@@ -20,7 +20,7 @@ c10::DeviceIndex current_device();
 void set_current_device(c10::DeviceIndex index);
 void check_device_index(c10::DeviceIndex index);
 
-// Streams: id 0 is the default stream of a device; pool ids follow (see stream.cpp).
+// Streams: id 0 is the default stream of a device; pool ids follow (see device.cpp).
 c10::Stream current_stream(c10::DeviceIndex index = -1);
 c10::Stream default_stream(c10::DeviceIndex index = -1);
 c10::Stream stream_from_pool(c10::DeviceIndex index, bool high_priority);

@@ -9,9 +9,9 @@
 #include <cstring>
 
 #include "core/device.h"
-#include "distributed/in_place.h"
 #include "distributed/process_group.h"
 #include "distributed/reduce.h"
+#include "distributed/shm_collectives.h"
 #include "exec/tensor_desc.h"
 #include "neuronrt/shm_group.h"
 

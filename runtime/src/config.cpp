@@ -30,7 +30,8 @@ const std::vector<Setting>& all() {
        "per-op overrides of how ops run: 'aten::op=sync,aten::other.overload=copy' (async, sync or copy)"},
       {"TORCH_NEURONX_CACHE_DIR", "",
        "where compiled programs are cached (default: $XDG_CACHE_HOME/torch_neuronx, else ~/.cache/torch_neuronx)"},
-      {"TORCH_NEURONX_CACHE_SIZE", "10GiB", "size limit of the compile cache; least recently used entries go first, whole"},
+      {"TORCH_NEURONX_CACHE_SIZE", "10GiB",
+       "size limit of the compile cache; least recently used entries go first, whole"},
       {"TORCH_NEURONX_LOG", "", "comma-separated areas to log to stderr: compile (a line per compiled graph)"},
       {"TORCH_NEURONX_DIST_TRANSPORT", "auto",
        "how the neuron process-group backend moves data: auto (shared memory on one host, gloo across hosts), "

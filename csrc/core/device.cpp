@@ -7,10 +7,10 @@
 // Priority is recorded and reported (Stream.priority) but the software NeuronCore does not act
 // on it: every queue has its own worker, so ready tasks of all streams run side by side rather
 // than one stream's first. It stays a scheduling hint for a hardware runtime.
+#include "core/device.h"
+
 #include <array>
 #include <atomic>
-
-#include "core/device.h"
 
 namespace torch_neuronx {
 namespace {

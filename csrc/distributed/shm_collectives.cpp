@@ -1,4 +1,4 @@
-#include "distributed/in_place.h"
+#include "distributed/shm_collectives.h"
 
 #include <algorithm>
 #include <cstring>
