@@ -21,7 +21,9 @@ _lock = threading.Lock()
 _sent: dict = {}  # slot -> storage this process shared, kept until no receiver holds it
 
 
-def _release_unreferenced() -> None:
+def ipc_collect() -> None:
+    """Frees the device memory this process shared that no receiver holds any more (it is also
+    done at each share), as torch.cuda.ipc_collect does for CUDA IPC."""
     with _lock:
         for slot in [s for s in _sent if _C._share_count(s) == 0]:
             del _sent[slot]
@@ -30,7 +32,7 @@ def _release_unreferenced() -> None:
 
 def shared_blocks() -> int:
     """How many storages this process has shared that a receiver may still hold."""
-    _release_unreferenced()
+    ipc_collect()
     return len(_sent)
 
 
@@ -62,7 +64,7 @@ def _reduce_neuron_tensor(tensor: torch.Tensor):
     if tensor.layout != torch.strided:
         raise RuntimeError(f"neuron: a {tensor.layout} neuron tensor cannot be shared with another process; "
                            "share its strided parts (indices and values) or a dense copy")
-    _release_unreferenced()
+    ipc_collect()
     # The receiver reads the memory as soon as it maps it: queued writes must have landed.
     torch.neuron.synchronize(tensor.device)
     mem_fd, offset, nbytes, counters_fd, slot, own_slot = _C._share_storage(tensor)
