@@ -323,7 +323,7 @@ def run_one(op, dtype_name: str, max_samples: int) -> dict:
         if detail is None and compared:
             detail = semantics.other_arguments(op, [s for s in all_samples if _targets_neuron(s)],
                                                lambda s: not (_value_free(op) or _random_sample(s)),
-                                               compare, _fresh, lambda s: _to(s, "cpu"))
+                                               compare, _fresh, lambda s: _to(s, "cpu"), max_pairs=max_samples)
         if detail is not None:
             return {**result, "status": "fail", "detail": detail[:300], "fallback": _copied()}
     if dtype_name == "float32" and op.supports_autograd and samples and not _value_free(op):

@@ -183,28 +183,33 @@ def _shape_of_call(sample):
     return (tensors, str(spec)), others
 
 
-def _pair_differing_in_arguments(samples):
-    """The first (warm-up, sample) pair whose tensors match in dtype and rank and whose other
-    arguments differ, or None."""
-    seen = {}
+def _pairs_differing_in_arguments(samples):
+    """(warm-up, sample) pairs: each sample after the last one whose tensors match it in dtype and
+    rank, where their other arguments differ."""
+    last = {}
     for s in samples:
         tensors, others = _shape_of_call(s)
-        first = seen.setdefault(tensors, (s, others))
-        if first[1] != others:
-            return first[0], s
-    return None
+        if tensors in last and last[tensors][1] != others:
+            yield last[tensors][0], s
+        last[tensors] = (s, others)
 
 
-def other_arguments(op, samples, values_for, compare, fresh, to_cpu):
+def other_arguments(op, samples, values_for, compare, fresh, to_cpu, max_pairs):
     """Whether a non-tensor argument that changes a result (a reduction mode, a dim) is checked
     like a first call: after a clean call of the same tensor dtypes and ranks, the call's result
     must have the CPU's shape and strides at the call and fail nothing later."""
+    for n, (warm, sample) in enumerate(_pairs_differing_in_arguments(samples)):
+        if n == max_pairs:
+            break
+        problem = _after_warm_up(op, warm, sample, values_for, compare, fresh, to_cpu)
+        if problem:
+            return problem
+    return None
+
+
+def _after_warm_up(op, warm, sample, values_for, compare, fresh, to_cpu):
     import torch
 
-    pair = _pair_differing_in_arguments(samples)
-    if pair is None:
-        return None
-    warm, sample = pair
     cpu = to_cpu(sample)
     try:
         expected = op(cpu.input, *cpu.args, **cpu.kwargs)
