@@ -84,6 +84,18 @@ def test_an_integer_argument_that_changes_the_shape_is_checked_at_its_first_call
         torch.testing.assert_close(got.cpu(), want)
 
 
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_an_empty_dim_list_reduces_every_dimension_as_on_cpu(keepdim):
+    # nansum's meta kernel reduces no dimension for dim=(), the CPU (and CUDA) kernel every one,
+    # as sum does: the call raised that the kernel disagreed with its meta kernel.
+    x = torch.rand(2, 3)
+    x[0, 1] = float("nan")
+    for f in (torch.nansum, torch.nanmean, torch.sum):
+        got, want = f(x.to(N), dim=(), keepdim=keepdim), f(x, dim=(), keepdim=keepdim)
+        assert got.shape == want.shape, (f.__name__, got.shape, want.shape)
+        torch.testing.assert_close(got.cpu(), want, equal_nan=True)
+
+
 def test_an_empty_call_that_ran_cleanly_does_not_queue_a_full_one():
     """CPU kernels return early for no elements, before their dtype checks: bool mm of an empty
     matrix runs, of a full one raises. The full call must still raise at the call (issue 12)."""

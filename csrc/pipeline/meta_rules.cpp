@@ -80,6 +80,14 @@ void multilabel_margin_loss_0d(const c10::IValue* args, const Results& results) 
   make_0d(results);
 }
 
+void empty_dim_reduces_all(const c10::IValue* args, const Results& results) {
+  // (self, dim?, keepdim, ...)
+  if (results.empty() || !args[1].isIntList() || !args[1].toIntList().empty()) return;
+  const size_t rank = args[2].toBool() ? static_cast<size_t>(tensor_at(args, 0).dim()) : 0;
+  results[0]->sizes.assign(rank, 1);
+  results[0]->strides.assign(rank, 1);
+}
+
 void check_uniform(c10::IValue* args) {
   const double from = args[1].toDouble(), to = args[2].toDouble();
   TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=", from, " > to=", to);

@@ -20,6 +20,9 @@ void batch_norm_stats_train(const c10::IValue* args, const Results& results);  /
 // The margin losses' 0-dim results where meta says (nframe,).
 void multi_margin_loss_0d(const c10::IValue* args, const Results& results);       // multi_margin_loss
 void multilabel_margin_loss_0d(const c10::IValue* args, const Results& results);  // multilabel_margin_loss_forward
+// nansum(self, dim=[], keepdim): an empty dim list reduces every dimension, as sum does (meta
+// reduces none).
+void empty_dim_reduces_all(const c10::IValue* args, const Results& results);
 
 // Argument checks of CPU kernels that meta kernels lack (ArgRule): the CPU's messages.
 // (Checks that depend only on dtypes, ranks and mode arguments need none: the first call of each

@@ -144,6 +144,8 @@ const Override kOverrides[] = {
      mr::multi_margin_loss_0d},
     {"aten::multilabel_margin_loss_forward", kRules, 0, "the CPU gives a 0-dim loss for a 0-dim or 1-dim target",
      mr::multilabel_margin_loss_0d},
+    {"aten::nansum", kRules, 0, "the CPU reduces every dimension for an empty dim list, as sum does",
+     mr::empty_dim_reduces_all},
     // Sync: the CPU kernel decides what meta cannot predict.
     {"aten::_embedding_bag_forward_only", kSyncMode, 0,
      "its CPU kernel sizes offset2bag, bag_size and max_indices differently from meta"},

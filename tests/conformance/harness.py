@@ -8,7 +8,8 @@ mutated input) and its out= variant (result and the out tensors, resized from em
 compared the same way; for float32 ops with autograd, the input gradients are compared too.
 Every sample also runs the checks of semantics.py: again non-contiguous after warm-up, out= on
 the CPU, out= resize warnings, variants the CPU rejects; and once per float32 op, the OpInfo's
-error inputs and a sample whose other arguments differ from a clean call's just before it.
+error inputs and samples with one non-tensor argument changed, each right after a clean call
+of the sample as it was.
 Each (op, dtype) gets one status:
   pass       neuron matches CPU
   fail       a mismatch (the first one is recorded)
@@ -323,7 +324,8 @@ def run_one(op, dtype_name: str, max_samples: int) -> dict:
         if detail is None and compared:
             detail = semantics.other_arguments(op, [s for s in all_samples if _targets_neuron(s)],
                                                lambda s: not (_value_free(op) or _random_sample(s)),
-                                               compare, _fresh, lambda s: _to(s, "cpu"), max_pairs=max_samples)
+                                               compare, _fresh, lambda s: _to(s, "cpu"),
+                                               max_pairs=8 if max_samples == 1 else 20 * max_samples)
         if detail is not None:
             return {**result, "status": "fail", "detail": detail[:300], "fallback": _copied()}
     if dtype_name == "float32" and op.supports_autograd and samples and not _value_free(op):

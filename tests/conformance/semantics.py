@@ -13,9 +13,10 @@ and once per OpInfo). Each returns None, or what disagrees with the CPU, naming 
                      whose self would have to broadcast) raises on neuron too, at the call
   error_inputs       the OpInfo's error inputs the CPU rejects raise on neuron, at the call, with
                      the same exception type; never only at a later synchronize
-  other arguments    a sample run right after a clean call of a sample whose tensors have the same
-                     dtypes and ranks but whose other arguments differ: its result's shape and
-                     strides at the call, its values, and nothing failing at the next synchronize
+  other arguments    a sample with one non-tensor argument changed (to a value another sample of
+                     the op gives it), right after a clean call of the sample as it was: its
+                     result's shape and strides at the call, its values, and nothing failing at
+                     the next synchronize
 """
 from __future__ import annotations
 
@@ -171,34 +172,51 @@ def error_inputs(op):
     return None
 
 
-def _shape_of_call(sample):
-    """What a call's first-call signature sees of its tensors (dtype and rank, in order), and
-    the values of everything else."""
+def _holds_tensor(value) -> bool:
     import torch
-    from torch.utils._pytree import tree_flatten
+    from torch.utils._pytree import tree_leaves
 
-    leaves, spec = tree_flatten((sample.input, sample.args, sample.kwargs))
-    tensors = tuple((t.dtype, t.dim()) for t in leaves if isinstance(t, torch.Tensor))
-    others = repr([v for v in leaves if not isinstance(v, torch.Tensor)])
-    return (tensors, str(spec)), others
+    return any(isinstance(v, torch.Tensor) for v in tree_leaves(value))
 
 
-def _pairs_differing_in_arguments(samples):
-    """(warm-up, sample) pairs: each sample after the last one whose tensors match it in dtype and
-    rank, where their other arguments differ."""
-    last = {}
+def _variants(samples):
+    """(sample, variant) pairs: each sample with one non-tensor argument changed to a value another
+    sample of the op gives it (a keyword by name, a positional one by position among samples with
+    as many arguments), e.g. reduction="none" for a sample that used the default."""
+    import copy
+
+    keywords, positions = {}, {}
     for s in samples:
-        tensors, others = _shape_of_call(s)
-        if tensors in last and last[tensors][1] != others:
-            yield last[tensors][0], s
-        last[tensors] = (s, others)
+        for name, v in s.kwargs.items():
+            if not _holds_tensor(v):
+                keywords.setdefault(name, {}).setdefault(repr(v), v)
+        for i, v in enumerate(s.args):
+            if not _holds_tensor(v):
+                positions.setdefault((len(s.args), i), {}).setdefault(repr(v), v)
+    for s in samples:
+        for name, values in keywords.items():
+            if _holds_tensor(s.kwargs.get(name)):
+                continue
+            for text, v in values.items():
+                if name not in s.kwargs or repr(s.kwargs[name]) != text:
+                    variant = copy.copy(s)
+                    variant.kwargs = {**s.kwargs, name: v}
+                    yield s, variant
+        for i, a in enumerate(s.args):
+            if _holds_tensor(a):
+                continue
+            for text, v in positions.get((len(s.args), i), {}).items():
+                if repr(a) != text:
+                    variant = copy.copy(s)
+                    variant.args = (*s.args[:i], v, *s.args[i + 1:])
+                    yield s, variant
 
 
 def other_arguments(op, samples, values_for, compare, fresh, to_cpu, max_pairs):
     """Whether a non-tensor argument that changes a result (a reduction mode, a dim) is checked
-    like a first call: after a clean call of the same tensor dtypes and ranks, the call's result
-    must have the CPU's shape and strides at the call and fail nothing later."""
-    for n, (warm, sample) in enumerate(_pairs_differing_in_arguments(samples)):
+    like a first call: after a clean call of a sample, the same sample with one such argument
+    changed must have the CPU's shape and strides at the call and fail nothing later."""
+    for n, (warm, sample) in enumerate(_variants(samples)):
         if n == max_pairs:
             break
         problem = _after_warm_up(op, warm, sample, values_for, compare, fresh, to_cpu)
@@ -210,11 +228,16 @@ def other_arguments(op, samples, values_for, compare, fresh, to_cpu, max_pairs):
 def _after_warm_up(op, warm, sample, values_for, compare, fresh, to_cpu):
     import torch
 
-    cpu = to_cpu(sample)
     try:
-        expected = op(cpu.input, *cpu.args, **cpu.kwargs)
+        expected = [(lambda c: op(c.input, *c.args, **c.kwargs))(to_cpu(sample)) for _ in range(2)]
     except Exception:  # noqa: BLE001  (the CPU rejects the sample: nothing to compare)
         return None
+    try:  # values the CPU itself does not repeat (memory a resize left uninitialised) are not compared
+        compare(expected[0], expected[1], True, "cpu")
+        values = values_for(sample)
+    except Exception:  # noqa: BLE001
+        values = False
+    expected = expected[0]
     try:
         w = fresh(warm)
         op(w.input, *w.args, **w.kwargs)
@@ -235,7 +258,7 @@ def _after_warm_up(op, warm, sample, values_for, compare, fresh, to_cpu):
     except Exception as e:  # noqa: BLE001
         return f"other arguments: raised only at the next synchronize: {type(e).__name__}: {e}"
     try:
-        compare(actual, expected, values_for(sample), "neuron")
+        compare(actual, expected, values, "neuron")
     except Exception as e:  # noqa: BLE001
         return f"other arguments: {type(e).__name__}: {e}"
     return None
