@@ -42,15 +42,18 @@ def test_linear_cross_entropy_defaults():
     assert ("neuron", torch.bfloat16) in lce._AUTO_DEFAULTS, "patch linear_cross_entropy_defaults"
 
 
+def _holds_in_a_fresh_interpreter(patch: str, checks: str) -> None:
+    """Inductor's patches apply when Inductor loads: checked where nothing else loaded it first."""
+    r = run_python("import inspect, torch\n" + checks + "print('ok')\n", timeout=300)
+    assert r.stdout.strip().endswith("ok"), f"patch {patch}: " + r.stdout + r.stderr[-3000:]
+
+
 def test_inductor_cpu_like_neuron():
-    r = run_python(
-        "import torch, inspect\n"
+    _holds_in_a_fresh_interpreter("inductor_cpu_like_neuron", (
         "torch.compile(lambda x: x + 1)(torch.ones(2, device='neuron'))\n"
         "from torch._inductor import scheduler, utils\n"
         "assert getattr(scheduler.BaseSchedulerNode.is_cpu, '_neuron', False), 'is_cpu not patched'\n"
-        "assert utils.get_current_backend('neuron') == utils.get_current_backend('cpu'), 'get_current_backend'\n"
-        "print('ok')\n", timeout=300)
-    assert r.stdout.strip().endswith("ok"), "patch inductor_cpu_like_neuron: " + r.stdout + r.stderr[-3000:]
+        "assert utils.get_current_backend('neuron') == utils.get_current_backend('cpu'), 'get_current_backend'\n"))
 
 
 def test_grad_scaler_float32_reciprocal():
@@ -63,11 +66,8 @@ def test_grad_scaler_float32_reciprocal():
 
 
 def test_inductor_neuron_compile_cache():
-    r = run_python(
-        "import torch, inspect\n"
+    _holds_in_a_fresh_interpreter("inductor_neuron_compile_cache", (
         "import torch._inductor.compile_fx as cfx\n"
         "assert getattr(cfx.compile_fx, '_neuron', False), 'not installed'\n"
         "params = list(inspect.signature(cfx.compile_fx.__wrapped__).parameters)\n"
-        "assert params[:2] == ['model_', 'example_inputs_'], params\n"
-        "print('ok')\n", timeout=300)
-    assert r.stdout.strip().endswith("ok"), "patch inductor_neuron_compile_cache: " + r.stdout + r.stderr[-3000:]
+        "assert params[:2] == ['model_', 'example_inputs_'], params\n"))
