@@ -225,19 +225,19 @@ def other_arguments(op, samples, values_for, compare, fresh, to_cpu, max_pairs):
     return None
 
 
+GROWS_UNINITIALISED = ("resize_", "resize_as_")
+
+
 def _after_warm_up(op, warm, sample, values_for, compare, fresh, to_cpu):
     import torch
 
+    cpu = to_cpu(sample)
     try:
-        expected = [(lambda c: op(c.input, *c.args, **c.kwargs))(to_cpu(sample)) for _ in range(2)]
+        expected = op(cpu.input, *cpu.args, **cpu.kwargs)
     except Exception:  # noqa: BLE001  (the CPU rejects the sample: nothing to compare)
         return None
-    try:  # values the CPU itself does not repeat (memory a resize left uninitialised) are not compared
-        compare(expected[0], expected[1], True, "cpu")
-        values = values_for(sample)
-    except Exception:  # noqa: BLE001
-        values = False
-    expected = expected[0]
+    # A variant may grow what a resize leaves uninitialised: only its shape and strides compare.
+    values = values_for(sample) and not op.name.startswith(GROWS_UNINITIALISED)
     try:
         w = fresh(warm)
         op(w.input, *w.args, **w.kwargs)
