@@ -343,10 +343,11 @@ void Queue::worker_loop() {
   tls_current = this;
   if (thread_init_hook()) thread_init_hook()();
   uint64_t next = 1;
+  int64_t since = -1;  // the current busy period's start; the atomics mirror it for busy_ns()
   for (;;) {
-    if (submitted_.load(std::memory_order_acquire) < next && busy_since_ns_.load(std::memory_order_relaxed) >= 0) {
-      busy_ns_.fetch_add(now_ns() - busy_since_ns_.load(std::memory_order_relaxed), std::memory_order_relaxed);
-      busy_since_ns_.store(-1, std::memory_order_relaxed);
+    if (since >= 0 && submitted_.load(std::memory_order_acquire) < next) {  // ran dry: the period ends
+      busy_ns_.store(busy_ns_.load(std::memory_order_relaxed) + now_ns() - since, std::memory_order_relaxed);
+      busy_since_ns_.store(since = -1, std::memory_order_relaxed);
     }
     if (!poll_while([&] { return submitted_.load(std::memory_order_acquire) < next; }, kWorkerSpin)) {
       std::unique_lock<std::mutex> lock(mu_);
@@ -355,7 +356,7 @@ void Queue::worker_loop() {
       worker_sleeping_.store(false, std::memory_order_relaxed);
       if (submitted_.load(std::memory_order_acquire) < next) return;  // stopping, drained
     }
-    if (busy_since_ns_.load(std::memory_order_relaxed) < 0) busy_since_ns_.store(now_ns(), std::memory_order_relaxed);
+    if (since < 0) busy_since_ns_.store(since = now_ns(), std::memory_order_relaxed);
     run_task(slots_[(next - 1) % kSlots], next);
     finish_one(next);
     ++next;
