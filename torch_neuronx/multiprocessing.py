@@ -31,7 +31,8 @@ def ipc_collect() -> None:
 
 
 def shared_blocks() -> int:
-    """How many storages this process has shared that a receiver may still hold."""
+    """How many storages this process has shared that a receiver may still hold (after
+    ipc_collect())."""
     ipc_collect()
     return len(_sent)
 

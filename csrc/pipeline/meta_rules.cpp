@@ -61,9 +61,10 @@ void batch_norm_stats_train(const c10::IValue* args, const Results& results) {
 }
 
 namespace {
-void make_0d(const Results& results) {
-  results[0]->sizes.clear();
-  results[0]->strides.clear();
+// The first result as a full reduction's: `rank` dimensions of size 1 (0-dim for rank 0).
+void fully_reduced(const Results& results, size_t rank) {
+  results[0]->sizes.assign(rank, 1);
+  results[0]->strides.assign(rank, 1);
 }
 }  // namespace
 
@@ -71,21 +72,19 @@ void multi_margin_loss_0d(const c10::IValue* args, const Results& results) {
   // (self, target, p, margin, weight?, reduction): meta gives (nframe,) for reduction none
   // whatever the target's rank; the CPU (and CUDA) give it only for a target with dimensions.
   if (results.empty() || args[5].toInt() != at::Reduction::None || tensor_at(args, 1).dim() > 0) return;
-  make_0d(results);
+  fully_reduced(results, 0);
 }
 
 void multilabel_margin_loss_0d(const c10::IValue* args, const Results& results) {
   // (self, target, reduction): the CPU's loss of a 1-dim target is 0-dim for every reduction.
   if (results.empty() || tensor_at(args, 1).dim() > 1) return;
-  make_0d(results);
+  fully_reduced(results, 0);
 }
 
 void empty_dim_reduces_all(const c10::IValue* args, const Results& results) {
   // (self, dim?, keepdim, ...)
   if (results.empty() || !args[1].isIntList() || !args[1].toIntList().empty()) return;
-  const size_t rank = args[2].toBool() ? static_cast<size_t>(tensor_at(args, 0).dim()) : 0;
-  results[0]->sizes.assign(rank, 1);
-  results[0]->strides.assign(rank, 1);
+  fully_reduced(results, args[2].toBool() ? static_cast<size_t>(tensor_at(args, 0).dim()) : 0);
 }
 
 void check_uniform(c10::IValue* args) {
