@@ -261,7 +261,7 @@ def utilization(device: _device_t = None) -> int:
     _lazy_init()
     idx = device_index(device)
     now, busy = time.monotonic_ns(), _C._busy_ns(idx)
-    then, busy_then = _busy_marks.get(idx, (_C._started_ns(idx), 0))
+    then, busy_then = _busy_marks.get(idx, (_C._started_ns(), 0))
     _busy_marks[idx] = (now, busy)
     if now <= then:
         return 0

@@ -159,7 +159,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_share_count", [](int slot) { return neuronrt::ShareCounters::mine().count(slot); });
   m.def("_share_release", [](int slot) { neuronrt::ShareCounters::mine().release(slot); });
   m.def("_cpu_allocator_is_pytorchs", [] { return cpu_allocator_is_pytorchs(); });
-  m.def("_started_ns", [](int) { return runtime().started_ns(); });
+  m.def("_started_ns", [] { return runtime().started_ns(); });
   m.def("_transfer_stats", [] {
     py::dict out;
     auto& c = runtime().counters();
