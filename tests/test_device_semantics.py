@@ -178,15 +178,6 @@ def test_device_capability_lists_the_dtypes_a_neuron_tensor_can_have():
     assert r.stdout.split() == ["False", "False", "True"], r.stderr[-2000:]
 
 
-def test_autocast_defaults_to_bfloat16_with_cuda_policy_lists():
-    a = torch.randn(4, 4, device=N)
-    assert torch.get_autocast_dtype(N) == torch.bfloat16
-    with torch.autocast(N):
-        assert torch.mm(a, a).dtype == torch.bfloat16  # lower-precision list
-        assert torch.softmax(a, 0).dtype == torch.float32  # fp32 list
-        assert torch.dot(a[0], a[1]).dtype == torch.float32  # on neither list: left alone
-
-
 def test_copy_on_write_clones_are_refused_by_name():
     x = torch.arange(4.0, device=N)
     with pytest.raises(NotImplementedError, match="copy-on-write"):

@@ -65,6 +65,8 @@ const Override kOverrides[] = {
     // CPU's convolution runs as a task.
     {"aten::convolution", kRules, kClaim, "its composite kernel would call convolution_overrideable", nullptr,
      mr::check_convolution},
+    {"aten::_convolution", kRules, kClaim, "its composite kernel would call convolution_overrideable", nullptr,
+     mr::check_convolution},
     {"aten::convolution_backward", kRules, kClaim, "its composite kernel would call convolution_backward_overrideable"},
     // A composite kernel that computes differently from the CPU kernel (in the input dtype
     // rather than in float): the CPU kernel is what users compare with, and one task, not many.
