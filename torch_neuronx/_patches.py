@@ -358,6 +358,49 @@ def inductor_neuron_compile_cache(compile_fx_module) -> None:
     compile_fx_module.compile_fx = compile_fx
 
 
+def nested_sdpa_on_jagged_values() -> None:
+    """SDPA of jagged nested tensors in the (B, H, j, D) layout (torch.nested._internal.sdpa): its
+    math path converts them to strided-layout nested tensors, whose ops have kernels only for
+    NestedTensorCPU and NestedTensorCUDA, and NestedTensor.__torch_function__ swallows the
+    NotImplementedError and calls the dense SDPA, which fails with "If inputs are nested tensors
+    they must be contiguous". On neuron the same math runs per sequence on the jagged values."""
+
+    def patch(njt_ops):
+        import torch.nested._internal.sdpa as njt_sdpa
+        from torch.nested._internal.nested_tensor import nested_view_from_values_offsets_lengths
+        from torch.nn.attention import SDPBackend
+
+        original = njt_sdpa.jagged_scaled_dot_product_attention
+
+        def per_sequence(nt):  # (B, H, j, D) -> B dense (H, j_i, D)
+            lengths = (nt._offsets[1:] - nt._offsets[:-1]).tolist()
+            return [t.transpose(0, 1) for t in nt.transpose(1, 2).values().split(lengths, dim=0)]
+
+        def jagged_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                        enable_gqa=False):
+            args = (attn_mask, dropout_p, is_causal, scale, enable_gqa)
+            if query.device.type != "neuron" or query.dim() <= 3 or query._ragged_idx != 2:
+                return original(query, key, value, *args)
+            query, key, value, attn_mask = njt_sdpa._autocast(query, key, value, attn_mask)
+            njt_sdpa._validate_sdpa_input(query, key, value, attn_mask, dropout_p, is_causal, scale)
+            choice = njt_sdpa._select_sdp_backend(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+            if choice == SDPBackend.ERROR:
+                raise RuntimeError("No viable backend for scaled_dot_product_attention was found.")
+            if choice != SDPBackend.MATH:
+                return original(query, key, value, attn_mask, *args[1:])
+            outs = [torch._scaled_dot_product_attention_math(q, k, v, None, dropout_p, is_causal, scale=scale,
+                                                             enable_gqa=enable_gqa)[0].transpose(0, 1)
+                    for q, k, v in zip(per_sequence(query), per_sequence(key), per_sequence(value))]
+            return nested_view_from_values_offsets_lengths(
+                torch.cat(outs), query.offsets(), lengths=query.lengths(), min_seqlen=query._maybe_min_seqlen,
+                max_seqlen=query._maybe_max_seqlen).transpose(1, 2)
+
+        njt_sdpa.jagged_scaled_dot_product_attention = jagged_sdpa
+        njt_ops.jagged_scaled_dot_product_attention = jagged_sdpa  # bound by name when ops.py loaded
+
+    after_import("torch.nested._internal.ops", patch)
+
+
 def install() -> None:
     tensor_printing()
     linear_cross_entropy_defaults()
@@ -366,3 +409,4 @@ def install() -> None:
     accelerate_local_rank_device()
     optimizer_foreach_groups_by_mesh()
     grad_scaler_float32_reciprocal()
+    nested_sdpa_on_jagged_values()

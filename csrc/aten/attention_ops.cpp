@@ -2,6 +2,7 @@
 // kernel, the device's own fused entry runs (the "overrideable" backend, PrivateUse1's slot in
 // SDPA), and it runs that CPU kernel as a task, so results match the CPU's. Elsewhere PyTorch's
 // math decomposition runs, as on the CPU. A hardware build would put its own kernel here.
+#include <ATen/Context.h>
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/native/transformers/sdp_utils_cpp.h>
@@ -10,6 +11,7 @@
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
+#include <c10/util/Array.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -23,15 +25,47 @@ namespace {
 
 using at::Tensor;
 
+// The inputs the CPU's flash kernel takes (use_flash_attention_cpp in sdp_utils_cpp.cpp, less its
+// runtime flag, read by choose_sdp_kernel): neuron's fused kernel runs that kernel. Not float64:
+// CUDA's fused kernels take none, and its math path is what makes double backward work.
+bool same_head_dim(const sdp::sdp_params& p, bool debug) {
+  const bool same = p.query.sym_size(-1) == p.key.sym_size(-1) && p.query.sym_size(-1) == p.value.sym_size(-1);
+  if (!same && debug) {
+    TORCH_WARN("neuron's fused attention needs query, key and value of one head size; got ", p.query.sym_size(-1), ", ",
+               p.key.sym_size(-1), " and ", p.value.sym_size(-1));
+  }
+  return same;
+}
+
+bool fused_kernel_takes(const sdp::sdp_params& p, bool debug) {
+  constexpr auto dtypes = c10::array_of<at::ScalarType>(at::kFloat, at::kBFloat16, at::kHalf);
+  constexpr auto gates = c10::array_of<bool (*)(const sdp::sdp_params&, bool)>(
+      sdp::check_nested_tensor, sdp::check_for_dropout, sdp::check_tensor_shapes,
+      sdp::check_batch_size_and_num_heads_dense<false>, sdp::check_attn_mask_shape, same_head_dim,
+      sdp::check_nonzero_sequence_lengths_dense, sdp::check_last_dim_stride_equals_1_dense<false>);
+  for (auto gate : gates)
+    if (!gate(p, debug)) return false;
+  return sdp::check_tensor_dtype(p, dtypes, debug);
+}
+
+// sdpa_kernel's choice, as documented for a PrivateUse1 device: SDPBackend.OVERRIDEABLE switches
+// the device's fused kernel. FLASH_ATTENTION switches it too, since that kernel is the CPU's flash
+// kernel: code that pins FLASH_ATTENTION runs as it runs on the CPU. Then the math path.
 int64_t choose_sdp_kernel(const Tensor& query, const Tensor& key, const Tensor& value,
                           const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal,
-                          std::optional<double> scale, bool enable_gqa) {
-  // The CPU's rules read only shapes, strides, dtypes and flags.
-  const int64_t cpu =
-      at::native::_fused_sdp_choice_cpp(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa);
-  return cpu == static_cast<int64_t>(sdp::SDPBackend::flash_attention)
-             ? static_cast<int64_t>(sdp::SDPBackend::overrideable)
-             : cpu;
+                          std::optional<double> /*scale*/, bool enable_gqa) {
+  const auto& ctx = at::globalContext();
+  const bool fused = ctx.userEnabledOverrideableSDP() || ctx.userEnabledFlashSDP();
+  const sdp::sdp_params p{query, key, value, attn_mask, dropout_p, is_causal, enable_gqa};
+  if (fused && fused_kernel_takes(p, /*debug=*/false)) return static_cast<int64_t>(sdp::SDPBackend::overrideable);
+  if (ctx.userEnabledMathSDP()) return static_cast<int64_t>(sdp::SDPBackend::math);
+  if (fused) {
+    TORCH_WARN("neuron's fused attention kernel (SDPBackend.OVERRIDEABLE) was not used because:");
+    fused_kernel_takes(p, /*debug=*/true);
+  }
+  TORCH_CHECK(false,
+              "No viable backend for scaled_dot_product_attention was found. On neuron the backends are "
+              "SDPBackend.OVERRIDEABLE (the device's fused kernel; FLASH_ATTENTION selects it too) and MATH.");
 }
 
 OpRecord& fused_rec = typed_op("aten::_scaled_dot_product_fused_attention_overrideable",

@@ -4,6 +4,9 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_local_scalar_dense_native.h>
+#include <ATen/ops/_nested_tensor_size_native.h>
+#include <ATen/ops/_nested_tensor_storage_offsets_native.h>
+#include <ATen/ops/_nested_tensor_strides_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/empty.h>
@@ -215,6 +218,16 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
   m.impl("record_stream", TORCH_FN(record_stream));
   m.impl("_lazy_clone", TORCH_FN(lazy_clone));
+}
+
+// A strided-layout nested tensor of neuron tensors: autograd reads its metadata as it records the
+// tensor, and without these accessors the error was thrown where nothing catches it (the process
+// aborted). The nested tensor's own ops are CPU's and CUDA's only; they raise NotImplementedError
+// (jagged nested tensors, built from ordinary ops, are the layout that runs on neuron).
+TORCH_LIBRARY_IMPL(aten, NestedTensorPrivateUse1, m) {
+  m.impl("_nested_tensor_size", TORCH_FN(at::native::_nested_tensor_size));
+  m.impl("_nested_tensor_strides", TORCH_FN(at::native::_nested_tensor_strides));
+  m.impl("_nested_tensor_storage_offsets", TORCH_FN(at::native::_nested_tensor_storage_offsets));
 }
 
 }  // namespace torch_neuronx

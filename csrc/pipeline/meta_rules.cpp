@@ -1,10 +1,15 @@
 #include "pipeline/meta_rules.h"
 
+#include <ATen/Context.h>
 #include <ATen/Dispatch_v2.h>
 #include <ATen/core/Reduction.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/random_cpu_dispatch.h>
+#include <c10/util/strides.h>
+
+#include <algorithm>
+#include <vector>
 
 namespace torch_neuronx::meta_rules {
 namespace {
@@ -58,6 +63,145 @@ void batch_norm_stats_eval(const c10::IValue* args, const Results& results) {
 
 void batch_norm_stats_train(const c10::IValue* args, const Results& results) {
   batch_norm(args, results, true, true, -1);
+}
+
+void batch_norm_backward_masked(const c10::IValue* args, const Results& results) {
+  // (grad_out, input, weight?, running_mean?, running_var?, save_mean?, save_invstd?, train, eps, output_mask)
+  const auto mask = args[9].toBoolList();
+  for (size_t i = 0; i < results.size() && i < mask.size(); ++i)
+    if (!mask.get(i)) results[i]->defined = false;
+}
+
+namespace {
+// _sort_dims (aten/src/ATen/native/mkl/SpectralOps.cpp): the transformed dimensions, all but the
+// last of them (`keep_last`) or all, in the input's stride order, largest first.
+std::vector<int64_t> sort_dims(c10::IntArrayRef strides, std::vector<int64_t> dims, bool keep_last) {
+  std::stable_sort(dims.begin(), dims.end() - (keep_last ? 1 : 0),
+                   [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+  return dims;
+}
+
+// _exec_fft's output layout (mkl/SpectralOps.cpp; torch/_meta_registrations.py's _exec_fft): the
+// batch (untransformed) dimensions outermost, in the input's stride order, then the transformed
+// ones in `dims`' order, all contiguous.
+c10::SmallVector<int64_t, 5> exec_fft_strides(c10::IntArrayRef in_strides, c10::IntArrayRef out_sizes,
+                                              const std::vector<int64_t>& dims) {
+  const size_t ndim = out_sizes.size();
+  std::vector<bool> transformed(ndim, false);
+  for (int64_t d : dims) transformed[d] = true;
+  std::vector<int64_t> order;
+  for (size_t d = 0; d < ndim; ++d)
+    if (!transformed[d]) order.push_back(static_cast<int64_t>(d));
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return in_strides[a] > in_strides[b]; });
+  order.insert(order.end(), dims.begin(), dims.end());
+  c10::SmallVector<int64_t, 5> strides(ndim);
+  int64_t s = 1;
+  for (size_t i = order.size(); i-- > 0;) {
+    strides[order[i]] = s;
+    s *= std::max<int64_t>(out_sizes[order[i]], 1);
+  }
+  return strides;
+}
+
+std::vector<int64_t> dims_of(const c10::IValue& v, int64_t ndim) {
+  std::vector<int64_t> dims = v.toIntVector();
+  for (auto& d : dims) d = c10::maybe_wrap_dim(d, ndim);
+  return dims;
+}
+}  // namespace
+
+void fft_r2c_cpu_layout(const c10::IValue* args, const Results& results) {
+  // (self, dim, normalization, onesided)
+  const at::Tensor self = tensor_at(args, 0);
+  if (results.empty() || !results[0]->defined || !self.defined()) return;
+  OutputMeta& out = *results[0];
+  const auto dims = dims_of(args[1], self.dim());
+  if (dims.empty()) return;
+  out.strides = at::hasMKL() ? exec_fft_strides(self.strides(), out.sizes, sort_dims(self.strides(), dims, true))
+                             : c10::contiguous_strides(out.sizes);
+}
+
+void fft_c2c_cpu_layout(const c10::IValue* args, const Results& results) {
+  // (self, dim, normalization, forward); no dims: a clone, as meta says
+  const at::Tensor self = tensor_at(args, 0);
+  if (results.empty() || !results[0]->defined || !self.defined()) return;
+  OutputMeta& out = *results[0];
+  const auto dims = dims_of(args[1], self.dim());
+  if (dims.empty()) return;
+  out.strides = at::hasMKL() ? exec_fft_strides(self.strides(), out.sizes, sort_dims(self.strides(), dims, false))
+                             : c10::contiguous_strides(out.sizes);
+}
+
+void fft_c2r_cpu_layout(const c10::IValue* args, const Results& results) {
+  // (self, dim, normalization, last_dim_size): the C2C transforms of all but the last dimension,
+  // then the C2R of the last, over the C2C's result
+  const at::Tensor self = tensor_at(args, 0);
+  if (results.empty() || !results[0]->defined || !self.defined()) return;
+  OutputMeta& out = *results[0];
+  auto dims = dims_of(args[1], self.dim());
+  if (dims.empty()) return;
+  if (!at::hasMKL()) {
+    out.strides = c10::contiguous_strides(out.sizes);
+    return;
+  }
+  c10::SmallVector<int64_t, 5> in_strides(self.strides().begin(), self.strides().end());
+  if (dims.size() > 1) {
+    const std::vector<int64_t> c2c(dims.begin(), dims.end() - 1);
+    in_strides = exec_fft_strides(self.strides(), self.sizes(), sort_dims(self.strides(), c2c, false));
+  }
+  out.strides = exec_fft_strides(in_strides, out.sizes, {dims.back()});
+}
+
+void complex_to_real_contiguous(const c10::IValue* args, const Results& results) {
+  // abs.out, angle, angle.out (self, ...): the CPU computes a complex input's real result in a
+  // complex scratch tensor and resizes the result to it, contiguous
+  // (unary_op_impl_with_complex_to_float_out); meta keeps the input's layout.
+  const at::Tensor self = tensor_at(args, 0);
+  if (!self.defined() || !self.is_complex()) return;
+  for (OutputMeta* m : results)
+    if (m->defined && !c10::isComplexType(m->dtype)) m->strides = c10::contiguous_strides(m->sizes);
+}
+
+void integral_input_contiguous(const c10::IValue* args, const Results& results) {
+  // nan_to_num.out(self, nan, posinf, neginf, *, out): an integer input has nothing to replace and
+  // the CPU copies it into an out= tensor resized contiguous
+  const at::Tensor self = tensor_at(args, 0);
+  if (!self.defined() || c10::isFloatingType(self.scalar_type()) || self.is_complex()) return;
+  for (OutputMeta* m : results)
+    if (m->defined) m->strides = c10::contiguous_strides(m->sizes);
+}
+
+namespace {
+// cuDNN's choice (cudnn_conv_suggest_memory_format): channels-last for a 4- or 5-dim weight when
+// the input or the weight suggests it, never for float64.
+c10::MemoryFormat conv_memory_format(const at::Tensor& input, const at::Tensor& weight) {
+  if (input.scalar_type() == at::kDouble || weight.scalar_type() == at::kDouble) return c10::MemoryFormat::Contiguous;
+  const auto wanted = weight.dim() == 4   ? c10::MemoryFormat::ChannelsLast
+                      : weight.dim() == 5 ? c10::MemoryFormat::ChannelsLast3d
+                                          : c10::MemoryFormat::Contiguous;
+  if (wanted == c10::MemoryFormat::Contiguous) return wanted;
+  return input.suggest_memory_format() == wanted || weight.suggest_memory_format() == wanted
+             ? wanted
+             : c10::MemoryFormat::Contiguous;
+}
+
+void lay_out(OutputMeta* m, c10::MemoryFormat format) {
+  if (!m->defined || format == c10::MemoryFormat::Contiguous || m->sizes.size() < 4) return;
+  const auto strides = format == c10::MemoryFormat::ChannelsLast ? c10::get_channels_last_strides_2d(m->sizes)
+                                                                 : c10::get_channels_last_strides_3d(m->sizes);
+  m->strides.assign(strides.begin(), strides.end());
+}
+}  // namespace
+
+void convolution_memory_format(const c10::IValue* args, const Results& results) {
+  // (input, weight, bias?, ...)
+  if (!results.empty()) lay_out(results[0], conv_memory_format(tensor_at(args, 0), tensor_at(args, 1)));
+}
+
+void convolution_backward_memory_format(const c10::IValue* args, const Results& results) {
+  // (grad_output, input, weight, ...) -> (grad_input, grad_weight, grad_bias)
+  const auto format = conv_memory_format(tensor_at(args, 1), tensor_at(args, 2));
+  for (size_t i = 0; i < 2 && i < results.size(); ++i) lay_out(results[i], format);
 }
 
 namespace {

@@ -17,6 +17,23 @@ void batch_norm_stats(const c10::IValue* args, const Results& results);  // nati
 void batch_norm_stats_no_stats(const c10::IValue* args, const Results& results);  // _native_batch_norm_legit.no_stats
 void batch_norm_stats_eval(const c10::IValue* args, const Results& results);   // ..._no_training, _batch_norm_no_update
 void batch_norm_stats_train(const c10::IValue* args, const Results& results);  // _batch_norm_with_update
+// native_batch_norm_backward: a gradient its output_mask leaves out is undefined (meta gives the
+// input's gradient always; the CPU and CUDA kernels compute none).
+void batch_norm_backward_masked(const c10::IValue* args, const Results& results);
+// convolution, _convolution, convolution_backward: outputs (the input's and the weight's gradients)
+// channels-last when the input or the weight is, as cuDNN lays them out on CUDA (meta keeps them
+// contiguous: a meta tensor has no device to choose by). Vision models run channels-last.
+void convolution_memory_format(const c10::IValue* args, const Results& results);
+void convolution_backward_memory_format(const c10::IValue* args, const Results& results);
+// Output strides as the CPU kernel gives them: a complex input's real result is contiguous (abs.out,
+// angle; meta keeps the input's layout); so is nan_to_num.out's of an integer input; the FFTs lay
+// their output out as MKL does (_sort_dims and _exec_fft in mkl/SpectralOps.cpp: batch dimensions
+// outermost in the input's order, then the transformed ones), contiguous without MKL.
+void complex_to_real_contiguous(const c10::IValue* args, const Results& results);
+void integral_input_contiguous(const c10::IValue* args, const Results& results);
+void fft_r2c_cpu_layout(const c10::IValue* args, const Results& results);  // _fft_r2c(self, dim, norm, onesided)
+void fft_c2c_cpu_layout(const c10::IValue* args, const Results& results);  // _fft_c2c(self, dim, norm, forward)
+void fft_c2r_cpu_layout(const c10::IValue* args, const Results& results);  // _fft_c2r(self, dim, norm, last_dim_size)
 // The margin losses' 0-dim results where meta says (nframe,).
 void multi_margin_loss_0d(const c10::IValue* args, const Results& results);       // multi_margin_loss
 void multilabel_margin_loss_0d(const c10::IValue* args, const Results& results);  // multilabel_margin_loss_forward

@@ -59,15 +59,22 @@ constexpr int kRules = -1;
 constexpr int kSyncMode = static_cast<int>(Mode::kSync);
 namespace mr = meta_rules;
 
+constexpr const char* kPadWhy = "its CPU kernel lays the output out as the input; CUDA's and meta's is contiguous";
+
+constexpr const char* kComplexToReal =
+    "the CPU (and CUDA) compute a complex input's real result in scratch and resize it contiguous";
+constexpr const char* kFftWhy =
+    "the CPU's (MKL) layout, which neuron's fake tensors give too; meta on a device-less tensor gives cuFFT's";
+
 // Every exception to the rules, with its reason. Add a row here, never a branch elsewhere.
 const Override kOverrides[] = {
     // Composite kernels that would send neuron to convolution_overrideable: take the ops, so the
-    // CPU's convolution runs as a task.
-    {"aten::convolution", kRules, kClaim, "its composite kernel would call convolution_overrideable", nullptr,
-     mr::check_convolution},
-    {"aten::_convolution", kRules, kClaim, "its composite kernel would call convolution_overrideable", nullptr,
-     mr::check_convolution},
-    {"aten::convolution_backward", kRules, kClaim, "its composite kernel would call convolution_backward_overrideable"},
+    // CPU's convolution runs as a task. Not aten::convolution: its composite calls _convolution,
+    // the op torch.jit.trace records (it records no convolution).
+    {"aten::_convolution", kRules, kClaim, "its composite kernel would call convolution_overrideable",
+     mr::convolution_memory_format, mr::check_convolution},
+    {"aten::convolution_backward", kRules, kClaim, "its composite kernel would call convolution_backward_overrideable",
+     mr::convolution_backward_memory_format},
     // A composite kernel that computes differently from the CPU kernel (in the input dtype
     // rather than in float): the CPU kernel is what users compare with, and one task, not many.
     {"aten::native_layer_norm", kRules, kClaim, "the CPU kernel, not the composite one, is the reference"},
@@ -102,6 +109,20 @@ const Override kOverrides[] = {
      mr::batch_norm_stats_train},
     {"aten::_batch_norm_no_update", kRules, kNoOutKernel, "the CPU's saved statistics are empty in eval",
      mr::batch_norm_stats_eval},
+    {"aten::native_batch_norm_backward", kRules, 0, "the CPU computes no gradient its output_mask leaves out",
+     mr::batch_norm_backward_masked},
+    // Output strides where meta's answer differs from what the CPU kernel gives (and CUDA, where
+    // they share the native code).
+    {"aten::abs.out", kRules, 0, kComplexToReal, mr::complex_to_real_contiguous},
+    {"aten::angle", kRules, 0, kComplexToReal, mr::complex_to_real_contiguous},
+    {"aten::nan_to_num.out", kRules, 0, "the CPU copies an integer input into an out= tensor resized contiguous",
+     mr::integral_input_contiguous},
+    {"aten::_fft_r2c", kRules, 0, kFftWhy, mr::fft_r2c_cpu_layout},
+    {"aten::_fft_c2c", kRules, 0, kFftWhy, mr::fft_c2c_cpu_layout},
+    {"aten::_fft_c2r", kRules, 0, kFftWhy, mr::fft_c2r_cpu_layout},
+    {"aten::_fft_r2c.out", kRules, 0, "its CPU out= kernel resizes out= contiguous, as meta does"},
+    {"aten::_fft_c2c.out", kRules, 0, "its CPU out= kernel resizes out= contiguous, as meta does"},
+    {"aten::_fft_c2r.out", kRules, 0, "its CPU out= kernel resizes out= contiguous, as meta does"},
     {"aten::nonzero_static", kRules, kContiguousOutputs,
      "the CPU returns a contiguous result where meta transposes it"},
     // Structured CPU out= kernels give an out= tensor they resize the functional result's layout;
@@ -118,6 +139,20 @@ const Override kOverrides[] = {
     {"aten::linalg_ldl_solve.out", kRules, kFunctionalLayout, "a resized out= tensor is column-major"},
     {"aten::_linalg_eigh.eigenvalues", kRules, kFunctionalLayout, "a resized out= tensor is column-major"},
     // out= kernels that use or reshape their output as scratch: the task runs the op and copies.
+    // The pads' CPU kernels lay out their output, and the gradient of their input, as the input
+    // (channels-last), restriding an out= tensor in place; CUDA's and meta's are contiguous.
+    {"aten::reflection_pad1d", kRules, kNoOutKernel | kOutScratch, kPadWhy},
+    {"aten::reflection_pad2d", kRules, kNoOutKernel | kOutScratch, kPadWhy},
+    {"aten::reflection_pad3d", kRules, kNoOutKernel | kOutScratch, kPadWhy},
+    {"aten::replication_pad1d", kRules, kNoOutKernel | kOutScratch, kPadWhy},
+    {"aten::replication_pad2d", kRules, kNoOutKernel | kOutScratch, kPadWhy},
+    {"aten::replication_pad3d", kRules, kNoOutKernel | kOutScratch, kPadWhy},
+    {"aten::reflection_pad1d_backward", kRules, kNoOutKernel | kOutScratch, kPadWhy},
+    {"aten::reflection_pad2d_backward", kRules, kNoOutKernel | kOutScratch, kPadWhy},
+    {"aten::reflection_pad3d_backward", kRules, kNoOutKernel | kOutScratch, kPadWhy},
+    {"aten::replication_pad1d_backward", kRules, kNoOutKernel | kOutScratch, kPadWhy},
+    {"aten::replication_pad2d_backward", kRules, kNoOutKernel | kOutScratch, kPadWhy},
+    {"aten::replication_pad3d_backward", kRules, kNoOutKernel | kOutScratch, kPadWhy},
     {"aten::huber_loss", kRules, kNoOutKernel, "its out= kernel uses the output as scratch of the input's size"},
     {"aten::binary_cross_entropy", kRules, kNoOutKernel,
      "its out= kernel uses the output as scratch of the input's size"},
@@ -361,8 +396,11 @@ std::unique_ptr<OpRecord> make_record(const c10::OperatorHandle& op) {
   }
   r->contiguous_outputs = flags & kContiguousOutputs;
   r->quiet_resize = flags & kQuietResize;
+  r->out_scratch = flags & kOutScratch;
   r->widened_results = flags & kWidenedResults;
-  if (flags & kFunctionalLayout) r->functional_op = find_functional_of(op.schema());
+  // A pointwise CPU out= kernel (TensorIterator) lays a resized out= tensor out as its inputs, as
+  // the functional op's meta does; the op's own meta (Python's out_wrapper) keeps it contiguous.
+  if ((flags & kFunctionalLayout) || op.hasTag(at::Tag::pointwise)) r->functional_op = find_functional_of(op.schema());
   Decision d = decide(op, *r, flags);
   if (mode != kRules)
     d = {static_cast<Mode>(mode), whys};

@@ -18,6 +18,7 @@ enum OverrideFlag : unsigned {
   kFunctionalLayout = 8,   // a resized out= tensor takes the functional op's result layout
   kQuietResize = 16,       // out= tensors resize without PyTorch's warning, as the CPU kernel does
   kWidenedResults = 32,    // the task widens the kernel's results to meta's (CUDA's) dtype
+  kOutScratch = 64,        // the out= kernel writes scratch the task copies into the out= tensors (it restrides them)
 };
 
 // The record (plan and counters) of a boxed op, made on first use. Cheap on repeated calls.

@@ -4,6 +4,8 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/empty.h>
+#include <c10/util/strides.h>
 
 #include <sstream>
 #include <vector>
@@ -82,15 +84,19 @@ void run_task(const c10::OperatorHandle& op, const OpRecord& rec, const Captured
   const auto& schema = op.schema();
   torch::jit::Stack s;
   s.reserve(c.args.size() + c.output_counts.size());
-  std::vector<std::pair<size_t, at::Tensor>> written;  // (index into c.tensors, its view)
+  std::vector<std::pair<size_t, at::Tensor>> written;      // (index into c.tensors, its view)
+  std::vector<std::pair<at::Tensor, at::Tensor>> scratch;  // (an out= tensor's view, what the kernel writes)
   size_t next = 0;
   for (size_t i = 0; i < c.args.size(); ++i) {
     const bool w = is_written(schema, i);
+    const bool to_scratch = rec.out_scratch && w && schema.arguments()[i].is_out();
     s.push_back(map_tensors(c.args[i], [&](const at::Tensor&) {
       at::Tensor v = c.tensors[next].view();
       if (w) written.emplace_back(next, v);
       ++next;
-      return v;
+      if (!to_scratch || !v.defined()) return v;
+      scratch.emplace_back(v, at::empty({0}, v.options()));
+      return scratch.back().second;
     }));
   }
   std::vector<at::Tensor> outs;
@@ -122,6 +128,10 @@ void run_task(const c10::OperatorHandle& op, const OpRecord& rec, const Captured
       }
     }
   }
+  for (const auto& [v, t] : scratch) {
+    if (t.sizes() != v.sizes()) kernel_disagrees(rec, "it sized an out= tensor otherwise");
+    v.copy_(t);
+  }
   for (const auto& [i, v] : written) check_left_as_allocated(rec, c.tensors[i], v, "a written argument");
 }
 
@@ -133,16 +143,6 @@ c10::IValue mirror(const c10::IValue& v) {
     return with_bits(at::Tensor(at::detail::empty_strided_meta(t.sizes(), t.strides(), t.scalar_type())), t.is_conj(),
                      t.is_neg());
   });
-}
-
-c10::SmallVector<int64_t, 5> nx_contiguous_strides(c10::IntArrayRef sizes) {
-  c10::SmallVector<int64_t, 5> strides(sizes.size());
-  int64_t s = 1;
-  for (size_t d = sizes.size(); d-- > 0;) {
-    strides[d] = s;
-    s *= std::max<int64_t>(sizes[d], 1);
-  }
-  return strides;
 }
 
 // An out= tensor that changes shape takes the layout of the functional op's result, as CPU
@@ -251,7 +251,7 @@ bool ask_meta(const c10::OperatorHandle& op, OpRecord& rec, const c10::IValue* a
     rec.rule(args, results);
   }
   if (rec.contiguous_outputs) {
-    for (auto& m : answer->outputs) m.strides = nx_contiguous_strides(m.sizes);
+    for (auto& m : answer->outputs) m.strides = c10::contiguous_strides(m.sizes);
   }
   return true;
 }

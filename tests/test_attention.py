@@ -1,0 +1,89 @@
+"""Attention on neuron as researchers use it: SDPA backend selection with sdpa_kernel, double
+backward, jagged nested tensors in the attention layout; and tracing models with convolutions."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import torch_neuronx
+
+N = "neuron"
+
+
+def _qkv(dtype=torch.float32, device=N):
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(2, 4, 16, 8, generator=g, dtype=dtype).to(device) for _ in range(3)]
+
+
+@pytest.mark.parametrize("backends,kernel", [
+    ([SDPBackend.OVERRIDEABLE], "aten::_scaled_dot_product_fused_attention_overrideable"),
+    ([SDPBackend.FLASH_ATTENTION], "aten::_scaled_dot_product_fused_attention_overrideable"),
+    ([SDPBackend.MATH], None),
+    ([SDPBackend.OVERRIDEABLE, SDPBackend.MATH], "aten::_scaled_dot_product_fused_attention_overrideable"),
+])
+def test_sdpa_kernel_selects_neurons_backends(backends, kernel):
+    q, k, v = _qkv()
+    torch_neuronx.reset_op_counts()
+    with sdpa_kernel(backends):
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(*_qkv(device="cpu"), is_causal=True))
+    fused = torch_neuronx.op_counts().get("aten::_scaled_dot_product_fused_attention_overrideable", {})
+    assert bool(fused.get("async")) == (kernel is not None)
+
+
+def test_sdpa_kernel_without_a_neuron_backend_raises():
+    q, k, v = _qkv()
+    with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]), pytest.raises(RuntimeError, match="No viable backend"):
+        F.scaled_dot_product_attention(q, k, v)
+
+
+def test_float64_attention_takes_the_math_path_and_has_a_double_backward():
+    q, k, v = [t.requires_grad_() for t in _qkv(torch.float64)]
+    out = F.scaled_dot_product_attention(q, k, v)
+    (g,) = torch.autograd.grad(out.square().sum(), q, create_graph=True)
+    (gg,) = torch.autograd.grad(g.sum(), k)
+    qc, kc, vc = [t.requires_grad_() for t in _qkv(torch.float64, "cpu")]
+    with sdpa_kernel([SDPBackend.MATH]):
+        (gc,) = torch.autograd.grad(F.scaled_dot_product_attention(qc, kc, vc).square().sum(), qc, create_graph=True)
+        (ggc,) = torch.autograd.grad(gc.sum(), kc)
+    torch.testing.assert_close(gg.cpu(), ggc)
+
+
+@pytest.mark.parametrize("lengths_q,lengths_kv", [([5, 7], [5, 7]), ([5, 7], [3, 9])])
+def test_jagged_nested_tensors_in_the_attention_layout(lengths_q, lengths_kv):
+    def run(device):
+        torch.manual_seed(0)
+        q0 = torch.nested.nested_tensor([torch.randn(n, 16) for n in lengths_q], layout=torch.jagged,
+                                        device=device, requires_grad=True)
+        k0, v0 = [torch.nested.nested_tensor([torch.randn(n, 16) for n in lengths_kv], layout=torch.jagged,
+                                             device=device, requires_grad=True) for _ in range(2)]
+        q, k, v = [t.unflatten(-1, (2, 8)).transpose(1, 2) for t in (q0, k0, v0)]  # (B, H, j, D)
+        out = F.scaled_dot_product_attention(q, k, v, scale=0.3)
+        out.values().square().sum().backward()
+        return [t.cpu() for t in (out.transpose(1, 2).values(), q0.grad.values(), k0.grad.values())]
+
+    for got, want in zip(run(N), run("cpu")):
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("make,shape", [(lambda: torch.nn.Conv2d(3, 4, 3), (1, 3, 8, 8)),
+                                        (lambda: torch.nn.Conv1d(3, 4, 3), (1, 3, 8)),
+                                        (lambda: torch.nn.ConvTranspose2d(3, 4, 3), (1, 3, 8, 8))],
+                         ids=["Conv2d", "Conv1d", "ConvTranspose2d"])
+def test_jit_trace_and_freeze_of_convolutions(make, shape):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(make(), torch.nn.ReLU()).eval()
+    x = torch.randn(*shape)
+    want = model(x)
+    neuron_model = model.to(N)
+    traced = torch.jit.trace(neuron_model, x.to(N))
+    frozen = torch.jit.freeze(torch.jit.trace(neuron_model, x.to(N)))
+    torch.testing.assert_close(traced(x.to(N)).cpu(), want)
+    torch.testing.assert_close(frozen(x.to(N)).cpu(), want)
+
+
+def test_a_strided_nested_tensor_of_neuron_tensors_raises_rather_than_aborting():
+    parts = [torch.randn(3, 4, device=N, requires_grad=True), torch.randn(2, 4, device=N, requires_grad=True)]
+    nt = torch._nested_tensor_from_tensor_list(parts)  # autograd reads its metadata: this aborted the process
+    with pytest.raises(NotImplementedError, match="NestedTensorneuron"):
+        nt * 2
