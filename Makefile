@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.requirements-stamp
 RT_BUILD := build/runtime-tests
 RT_CMAKE := -G Ninja -DNEURONX_BUILD_EXTENSION=OFF -DNEURONX_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all sysdeps venv install lint runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile bench-collectives conformance hf-matrix clean
+.PHONY: all sysdeps venv install lint runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile bench-collectives conformance hf-matrix upstream-tests clean
 
 all: install
 
@@ -84,6 +84,19 @@ conformance: install
 # conformance-report/hf-matrix/. A sample of it runs in `make test`.
 hf-matrix: install
 	$(PY) -P tests/hf/matrix.py --out conformance-report/hf-matrix
+
+# PyTorch's own device-generic suites (test_ops.py's TestCommon comparisons, test_modules.py's
+# TestModule) on neuron, run where they lie (never copied here) with the neuron test base
+# (torch_neuronx/testing). Long (about 17 minutes on 2 cores); fails on any failure or unexpected
+# success. Figures in the README.
+UPSTREAM := ../shared/upstream-tests
+UPSTREAM_ENV = TORCH_TEST_DEVICES=$$($(abspath $(PY)) -P -c "import torch_neuronx.testing as t; print(t.TEST_BASE)") \
+	PYTORCH_TESTING_DEVICE_ONLY_FOR=neuron
+UPSTREAM_PYTEST = $(abspath $(PY)) -P -m pytest -q -p no:cacheprovider -p no:randomly -rfE
+upstream-tests: install
+	cd $(UPSTREAM) && $(UPSTREAM_ENV) $(UPSTREAM_PYTEST) test_ops.py \
+	  -k "TestCommon and (test_compare_cpu or test_noncontiguous or test_out)"
+	cd $(UPSTREAM) && $(UPSTREAM_ENV) $(UPSTREAM_PYTEST) test_modules.py -k TestModule
 
 clean:
 	rm -rf build $(VENV)

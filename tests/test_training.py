@@ -122,3 +122,28 @@ def test_fp16_grad_scaler_runs_in_strict_mode_like_cpu():
     assert cpu["scales"][2] == cpu["scales"][1] / 2
     torch.testing.assert_close(neuron["losses"], cpu["losses"], rtol=2e-3, atol=2e-3)
     torch.testing.assert_close(torch.tensor(neuron["grad"]), torch.tensor(cpu["grad"]), rtol=2e-3, atol=2e-3)
+
+
+def test_sparse_adam_on_a_sparse_embedding_matches_cpu_and_counts_its_host_kernels():
+    import torch_neuronx
+
+    torch.manual_seed(0)
+    cpu = nn.Embedding(10, 4, sparse=True)
+    dev = nn.Embedding(10, 4, sparse=True)
+    dev.load_state_dict(cpu.state_dict())
+    dev = dev.to("neuron")
+    runs = [(cpu, torch.optim.SparseAdam(cpu.parameters(), lr=0.1), "cpu"),
+            (dev, torch.optim.SparseAdam(dev.parameters(), lr=0.1), "neuron")]
+    idx = torch.tensor([[1, 2, 2], [3, 1, 9]])
+    torch_neuronx.reset_op_counts()
+    for _ in range(3):
+        for model, opt, device in runs:
+            opt.zero_grad()
+            model(idx.to(device)).square().sum().backward()
+            opt.step()
+    torch.testing.assert_close(dev.weight.cpu(), cpu.weight)
+    # Sparse kernels run on the host (README: sparse tensors): counted as copies, with the reason.
+    counts = torch_neuronx.op_counts(reasons=True)
+    for op in ("aten::_coalesce", "aten::sparse_mask"):
+        assert counts[op]["copy"] > 0
+        assert all(why.startswith("a sparse tensor") for why in counts[op]["reasons"]["copy"])

@@ -87,24 +87,13 @@ NX_FO(all_dim, "all.dim", "all.out", structured_all_dim, all_out, (const Tensor&
 NX_FO(any_all, "any", "any.all_out", structured_any, any_out, (const Tensor& self), (self))
 NX_FO(all_all, "all", "all.all_out", structured_all, all_out, (const Tensor& self), (self))
 
-// A product's kernel sizes its team by its work (output elements times the inner dimension of
-// operand `kInner`, counted after the output), then runs the CPU kernel.
-template <size_t kInner, class Kernel>
-auto product_kernel(Kernel kernel) {
-  return [kernel](auto&& out, const auto&... args) {
-    const Tensor& a = std::get<kInner>(std::forward_as_tuple(args...));
-    size_kernel_team_for(out.numel() * a.size(-1));
-    kernel(out, args...);
-  };
-}
-NX_FO_K(mm, "mm", "mm.out", structured_mm, product_kernel<0>(NX_CPU_OUT(mm_out)),
-        (const Tensor& self, const Tensor& mat2), (self, mat2))
-NX_FO_K(bmm, "bmm", "bmm.out", structured_bmm, product_kernel<0>(NX_CPU_OUT(bmm_out)),
-        (const Tensor& self, const Tensor& mat2), (self, mat2))
-NX_FIO_K(addmm, "addmm", "addmm_", "addmm.out", structured_addmm, product_kernel<1>(NX_CPU_OUT(addmm_out)),
+NX_FO_K(mm, "mm", "mm.out", structured_mm, NX_CPU_OUT(mm_out), (const Tensor& self, const Tensor& mat2), (self, mat2))
+NX_FO_K(bmm, "bmm", "bmm.out", structured_bmm, NX_CPU_OUT(bmm_out), (const Tensor& self, const Tensor& mat2),
+        (self, mat2))
+NX_FIO_K(addmm, "addmm", "addmm_", "addmm.out", structured_addmm, NX_CPU_OUT(addmm_out),
          (, const Tensor& mat1, const Tensor& mat2, const Scalar& beta, const Scalar& alpha),
          (, mat1, mat2, beta, alpha))
-NX_FIO_K(baddbmm, "baddbmm", "baddbmm_", "baddbmm.out", structured_baddbmm, product_kernel<1>(NX_CPU_OUT(baddbmm_out)),
+NX_FIO_K(baddbmm, "baddbmm", "baddbmm_", "baddbmm.out", structured_baddbmm, NX_CPU_OUT(baddbmm_out),
          (, const Tensor& batch1, const Tensor& batch2, const Scalar& beta, const Scalar& alpha),
          (, batch1, batch2, beta, alpha))
 NX_FIO(addmv, "addmv", "addmv_", "addmv.out", structured_addmv, addmv_out,

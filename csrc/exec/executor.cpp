@@ -1,6 +1,5 @@
 #include "exec/executor.h"
 
-#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/util/Exception.h>
@@ -9,8 +8,6 @@
 #include <vector>
 
 #include "exec/kernel_alloc.h"
-
-extern "C" void omp_set_num_threads(int);
 
 namespace torch_neuronx {
 namespace {
@@ -37,36 +34,12 @@ WorkerWarnings& worker_warnings() {
   return *w;
 }
 
-// The software NeuronCore's engines are the host's cores, and the host's thread needs one of them
-// while it runs Python. A kernel team as wide as every core would wait on that thread at each
-// barrier, so a kernel uses every core only while the host waits for the device, and one fewer
-// otherwise (at least one), unless its work is large enough to be worth the host's share of a
-// core (size_kernel_team_for, executor.h). The width decides how ATen splits a reduction, so it
-// can change the last bits of a result from run to run; with
-// torch.use_deterministic_algorithms(True) it stays fixed and runs repeat bit for bit.
-int g_cores = 0;
-thread_local int t_width = 0;
-
-void set_team_width(int want) {
-  if (want != t_width) {
-    omp_set_num_threads(want);
-    t_width = want;
-  }
-}
-
-bool adaptive_team() { return !at::globalContext().deterministicAlgorithms(); }
-
-void size_kernel_team() {
-  const bool every_core = adaptive_team() && neuronrt::Queue::host_threads_waiting() > 0;
-  set_team_width(every_core ? g_cores : std::max(1, g_cores - 1));
-}
-
 // Kernels on queue workers call ATen on CPU views below autograd, like the op that queued them,
-// and their warnings wait for the user's thread.
+// and their warnings wait for the user's thread. A kernel's thread team is PyTorch's intra-op
+// thread count, whatever the host thread is doing, so an op splits its work (and a reduction its
+// sums) as the CPU does: the same inputs give the same bits, run after run, and the CPU's bits.
 struct WorkerSetup {
   WorkerSetup() {
-    g_cores = std::max(1, at::get_num_threads());
-    neuronrt::Queue::set_task_prologue(&size_kernel_team);
     neuronrt::Queue::set_thread_init_hook([] {
       static thread_local at::AutoDispatchBelowADInplaceOrView below;
       c10::WarningUtils::set_warning_handler(&worker_warnings());
@@ -78,10 +51,6 @@ struct WorkerSetup {
 }  // namespace
 
 std::atomic<bool> worker_warnings_pending{false};
-
-void size_kernel_team_for(int64_t work) {
-  if (work >= kEveryCoreWork && adaptive_team()) set_team_width(g_cores);
-}
 
 void raise_worker_warnings() {
   std::vector<c10::Warning> warnings;

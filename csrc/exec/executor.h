@@ -38,14 +38,6 @@ void launch(c10::DeviceIndex device, const char* name, F&& fn) {
   });
 }
 
-// A kernel team is sized as each task starts (executor.cpp): every core while a host thread
-// waits for the device, one fewer while the host runs Python. A kernel with at least this much
-// work (multiply-adds) takes every core either way: the host's share of a core is small next to
-// it (a 1024² matmul runs for milliseconds), and one core fewer would double its time.
-constexpr int64_t kEveryCoreWork = int64_t{1} << 24;
-// Called by a kernel as its task starts, with its work in multiply-adds.
-void size_kernel_team_for(int64_t work);
-
 // Runs `fn` as a task on the current stream of `device` and waits for it. CPU memory the kernel
 // allocates comes from the device (kernel_alloc.h); its warnings are raised again on the calling
 // thread; its exception reaches the caller with its kind.

@@ -172,13 +172,14 @@ void integral_input_contiguous(const c10::IValue* args, const Results& results) 
 }
 
 namespace {
-// cuDNN's choice (cudnn_conv_suggest_memory_format): channels-last for a 4- or 5-dim weight when
-// the input or the weight suggests it, never for float64.
+// The convolution's output format: channels-last for a 4- or 5-dim weight when the input or the
+// weight suggests it (cuDNN's and oneDNN's rule alike); for float64, which neither takes, the CPU's
+// own kernels give channels-last in 2d only.
 c10::MemoryFormat conv_memory_format(const at::Tensor& input, const at::Tensor& weight) {
-  if (input.scalar_type() == at::kDouble || weight.scalar_type() == at::kDouble) return c10::MemoryFormat::Contiguous;
-  const auto wanted = weight.dim() == 4   ? c10::MemoryFormat::ChannelsLast
-                      : weight.dim() == 5 ? c10::MemoryFormat::ChannelsLast3d
-                                          : c10::MemoryFormat::Contiguous;
+  const bool float64 = input.scalar_type() == at::kDouble || weight.scalar_type() == at::kDouble;
+  const auto wanted = weight.dim() == 4               ? c10::MemoryFormat::ChannelsLast
+                      : weight.dim() == 5 && !float64 ? c10::MemoryFormat::ChannelsLast3d
+                                                      : c10::MemoryFormat::Contiguous;
   if (wanted == c10::MemoryFormat::Contiguous) return wanted;
   return input.suggest_memory_format() == wanted || weight.suggest_memory_format() == wanted
              ? wanted
@@ -186,7 +187,10 @@ c10::MemoryFormat conv_memory_format(const at::Tensor& input, const at::Tensor& 
 }
 
 void lay_out(OutputMeta* m, c10::MemoryFormat format) {
-  if (!m->defined || format == c10::MemoryFormat::Contiguous || m->sizes.size() < 4) return;
+  const size_t rank = format == c10::MemoryFormat::ChannelsLast     ? 4
+                      : format == c10::MemoryFormat::ChannelsLast3d ? 5
+                                                                    : 0;
+  if (!m->defined || m->sizes.size() != rank) return;
   const auto strides = format == c10::MemoryFormat::ChannelsLast ? c10::get_channels_last_strides_2d(m->sizes)
                                                                  : c10::get_channels_last_strides_3d(m->sizes);
   m->strides.assign(strides.begin(), strides.end());
@@ -196,6 +200,12 @@ void lay_out(OutputMeta* m, c10::MemoryFormat format) {
 void convolution_memory_format(const c10::IValue* args, const Results& results) {
   // (input, weight, bias?, ...)
   if (!results.empty()) lay_out(results[0], conv_memory_format(tensor_at(args, 0), tensor_at(args, 1)));
+}
+
+void group_norm_backward_memory_format(const c10::IValue* args, const Results& results) {
+  // (grad_out, input, mean, rstd, weight?, N, C, HxW, group, output_mask) -> (grad_input, ...)
+  const at::Tensor input = tensor_at(args, 1);
+  if (!results.empty() && input.defined()) lay_out(results[0], input.suggest_memory_format());
 }
 
 void convolution_backward_memory_format(const c10::IValue* args, const Results& results) {

@@ -21,10 +21,12 @@ void batch_norm_stats_train(const c10::IValue* args, const Results& results);  /
 // input's gradient always; the CPU and CUDA kernels compute none).
 void batch_norm_backward_masked(const c10::IValue* args, const Results& results);
 // convolution, _convolution, convolution_backward: outputs (the input's and the weight's gradients)
-// channels-last when the input or the weight is, as cuDNN lays them out on CUDA (meta keeps them
+// channels-last when the input or the weight is, as cuDNN and the CPU lay them out (meta keeps them
 // contiguous: a meta tensor has no device to choose by). Vision models run channels-last.
+// native_group_norm_backward: the input's gradient in the input's memory format, as the CPU's.
 void convolution_memory_format(const c10::IValue* args, const Results& results);
 void convolution_backward_memory_format(const c10::IValue* args, const Results& results);
+void group_norm_backward_memory_format(const c10::IValue* args, const Results& results);
 // Output strides as the CPU kernel gives them: a complex input's real result is contiguous (abs.out,
 // angle; meta keeps the input's layout); so is nan_to_num.out's of an integer input; the FFTs lay
 // their output out as MKL does (_sort_dims and _exec_fft in mkl/SpectralOps.cpp: batch dimensions

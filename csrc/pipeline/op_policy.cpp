@@ -79,6 +79,8 @@ const Override kOverrides[] = {
     // rather than in float): the CPU kernel is what users compare with, and one task, not many.
     {"aten::native_layer_norm", kRules, kClaim, "the CPU kernel, not the composite one, is the reference"},
     {"aten::native_group_norm", kRules, kClaim, "the CPU kernel, not the composite one, is the reference"},
+    {"aten::native_group_norm_backward", kRules, 0, "the CPU lays the input's gradient out as the input",
+     mr::group_norm_backward_memory_format},
     {"aten::addr", kRules, kClaim, "the CPU kernel, not the composite one, is the reference"},
     {"aten::addr.out", kRules, kClaim, "its composite kernel would copy into an out= tensor on any device"},
     {"aten::_stack", kRules, kClaim, "one kernel rather than a cat of unsqueezed inputs"},

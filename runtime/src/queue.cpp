@@ -24,19 +24,6 @@ std::function<void()>& thread_init_hook() {
 thread_local Queue* tls_current = nullptr;
 
 std::atomic<bool> g_timing{false};
-std::atomic<int> g_host_waiting{0};
-void (*g_prologue)() = nullptr;
-
-// Counts the calling thread as a waiting host thread for its scope (workers are not counted).
-struct HostWaiting {
-  bool host = tls_current == nullptr;
-  HostWaiting() {
-    if (host) g_host_waiting.fetch_add(1, std::memory_order_relaxed);
-  }
-  ~HostWaiting() {
-    if (host) g_host_waiting.fetch_sub(1, std::memory_order_relaxed);
-  }
-};
 std::mutex g_times_mu;
 std::map<const char*, Queue::TaskTime>& g_times() {  // by name pointer (names outlive tasks)
   static auto* m = new std::map<const char*, Queue::TaskTime>();
@@ -63,12 +50,6 @@ int64_t now_ns() {
 constexpr auto kWorkerSpin = std::chrono::microseconds(50);
 // A host thread waiting for a task polls this long before it sleeps.
 constexpr auto kWaitSpin = std::chrono::microseconds(20);
-// The prologue sizes a task's kernel team from whether a host thread is waiting. A task with
-// nothing queued behind it starts before its host thread has decided what to do next: the worker
-// polls this long for that decision (another task: the host is busy; a wait: it is idle) rather
-// than size the team for a busy host that is about to wait. An op followed by a sync otherwise
-// ran its kernel on one core fewer than it could.
-constexpr auto kHostDecisionSpin = std::chrono::microseconds(30);
 
 // Polls `busy` for up to `limit`; true once it turned false. The clock is read only when polling
 // starts and every 64 polls (it costs more than a poll).
@@ -154,7 +135,6 @@ struct Queue::ProgramTask {
     for (size_t taken = 0; take(&t, taken); ++taken) {
       if (!failure) {  // after a failure the rest of the run is dropped
         const int64_t start = timing ? now_ns() : 0;
-        if (g_prologue) g_prologue();
         try {
           t.call(t.fn);
         } catch (...) {
@@ -239,10 +219,6 @@ void Queue::submit_gathered() {
 void Queue::set_thread_init_hook(std::function<void()> hook) { thread_init_hook() = std::move(hook); }
 
 Queue* Queue::current() { return tls_current; }
-
-void Queue::set_task_prologue(void (*prologue)()) { g_prologue = prologue; }
-
-int Queue::host_threads_waiting() { return g_host_waiting.load(std::memory_order_relaxed); }
 
 void Queue::set_timing(bool on) { g_timing.store(on, std::memory_order_relaxed); }
 
@@ -370,15 +346,6 @@ uint64_t Queue::busy_ns() const {
 }
 
 void Queue::run_task(Slot& slot, uint64_t seq) {
-  if (g_prologue) {
-    poll_while(
-        [&] {
-          return submitted_.load(std::memory_order_acquire) == seq &&
-                 g_host_waiting.load(std::memory_order_relaxed) == 0;
-        },
-        kHostDecisionSpin);
-    g_prologue();
-  }
   const bool timing = g_timing.load(std::memory_order_relaxed);
   const int64_t start = timing ? now_ns() : 0;
   try {
@@ -432,7 +399,6 @@ void Queue::raise_error_through(uint64_t seq) {
 
 void Queue::wait_for(uint64_t seq) const {
   if (is_complete(seq)) return;
-  HostWaiting counted;
   const auto until = std::chrono::steady_clock::now() + kWaitSpin;
   while (std::chrono::steady_clock::now() < until) {
     if (is_complete(seq)) return;
@@ -448,7 +414,6 @@ void Queue::wait_for(uint64_t seq) const {
 
 bool Queue::wait_for(uint64_t seq, std::chrono::microseconds timeout) const {
   if (is_complete(seq)) return true;
-  HostWaiting counted;
   waiters_.fetch_add(1, std::memory_order_seq_cst);
   bool done;
   {

@@ -4,7 +4,8 @@
     PYTORCH_TESTING_DEVICE_ONLY_FOR=neuron python -m pytest test_ops.py
 
 `TEST_BASE` is the file PyTorch's `TORCH_TEST_DEVICES` hook loads: the neuron test base, which
-gives the OpInfo database neuron's own declarations (`opinfo.py`) before any test is made.
+gives the OpInfo and ModuleInfo databases neuron's own declarations (`opinfo.py`, `moduleinfo.py`)
+before any test is made.
 """
 import os
 

@@ -12,11 +12,13 @@ class NeuronTestBase(PrivateUse1TestBase):  # noqa: F821 (a global of common_dev
 
     @classmethod
     def instantiate_test(cls, name, test, *, generic_cls=None):
-        # The OpInfo database is complete only once the test file has imported it, after this
-        # file ran: declare neuron's entries when the first test is made.
+        # The OpInfo and ModuleInfo databases are complete only once the test file has imported
+        # them, after this file ran: declare neuron's entries when the first test is made.
+        from torch_neuronx.testing.moduleinfo import declare_neuron_moduleinfo
         from torch_neuronx.testing.opinfo import declare_neuron_opinfo
 
         declare_neuron_opinfo()
+        declare_neuron_moduleinfo()
         super().instantiate_test(name, test, generic_cls=generic_cls)
 
 

@@ -112,12 +112,6 @@ class Queue {
   // thread-local state there).
   static void set_thread_init_hook(std::function<void()> hook);
 
-  // Called on the worker before each task (the torch layer sizes the kernel's thread team there).
-  static void set_task_prologue(void (*prologue)());
-  // How many threads other than queue workers are waiting for a queue right now: while the host
-  // waits, a kernel may use every core; while it runs Python, one core is the host's.
-  static int host_threads_waiting();
-
   // Task timing, for profiling: when on, every queue adds each task's run time to its name's
   // total. Off by default (it costs two clock reads per task).
   struct TaskTime {
