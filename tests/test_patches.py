@@ -71,3 +71,26 @@ def test_inductor_neuron_compile_cache():
         "assert getattr(cfx.compile_fx, '_neuron', False), 'not installed'\n"
         "params = list(inspect.signature(cfx.compile_fx.__wrapped__).parameters)\n"
         "assert params[:2] == ['model_', 'example_inputs_'], params\n"))
+
+
+def test_flex_attention_device_check():
+    import torch.nn.attention.flex_attention as flex
+
+    check = flex._validate_device
+    assert getattr(check, "_neuron", False), "patch flex_attention_device_check is not installed"
+    source = _source(check)
+    assert "supported_devices" in source and "neuron" not in source, \
+        "patch flex_attention_device_check: _validate_device changed (it may accept neuron: the patch may be unneeded)"
+
+
+def test_inductor_flex_attention_neuron():
+    _holds_in_a_fresh_interpreter("inductor_flex_attention_neuron", (
+        "import torch._inductor.compile_fx\n"
+        "from torch._inductor.lowering import lowerings\n"
+        "lowering = lowerings[torch.ops.higher_order.flex_attention]\n"
+        "assert getattr(lowering, '_neuron', False), 'not installed'\n"
+        "source = inspect.getsource(inspect.unwrap(lowering))\n"
+        "assert 'query.get_device().type == \"cpu\"' in source and 'lower_cpu(' in source, "
+        "'the lowering no longer picks the C++ template by the device type \"cpu\"'\n"
+        "from torch._inductor.codegen.common import custom_backend_passes\n"
+        "assert custom_backend_passes.get('neuron') is not None, 'the neuron post-grad pass is not registered'\n"))

@@ -401,6 +401,57 @@ def nested_sdpa_on_jagged_values() -> None:
     after_import("torch.nested._internal.ops", patch)
 
 
+def flex_attention_device_check() -> None:
+    """torch.nn.attention.flex_attention._validate_device refuses every device but cuda, cpu, xpu,
+    hpu and mps ("FlexAttention is only supported on CUDA, CPU, HPU, or MPS devices") before the
+    op is called, although nothing past it depends on the device: eager mode runs the op's dense
+    implementation (sdpa_dense and sdpa_dense_backward, ordinary neuron ops), and Inductor lowers
+    it for neuron (torch_neuronx.compile.flex_attention). Neuron tensors pass, with backward, as
+    CUDA's do; other devices get PyTorch's own check."""
+
+    def patch(flex):
+        original = getattr(flex, "_validate_device", None)
+        if original is None or getattr(original, "_neuron", False):
+            return
+
+        def validate_device(query, key, value):
+            if query.device.type == "neuron":
+                return None
+            return original(query, key, value)
+
+        validate_device._neuron = True
+        validate_device.__wrapped__ = original
+        flex._validate_device = validate_device
+
+    after_import("torch.nn.attention.flex_attention", patch)
+
+
+def inductor_flex_attention_neuron() -> None:
+    """Inductor's lowering of the flex_attention op (torch._inductor.kernel.flex.flex_attention.
+    flex_attention, the entry of torch._inductor.lowering.lowerings) picks the CPU's C++ template
+    for device type "cpu", Metal for "mps" and Triton for any other device. Neuron's kernels are
+    written by the C++ code generator, so a neuron forward gets the CPU's template (the forwards it
+    cannot write were already replaced by torch_neuronx.compile.flex_attention's pass). Applied
+    only when Inductor is set up for neuron (torch_neuronx.compile.inductor)."""
+    from torch._inductor.lowering import lowerings
+
+    op = torch.ops.higher_order.flex_attention
+    original = lowerings[op]
+    if getattr(original, "_neuron", False):
+        return
+
+    def flex_attention(query, *args, **kwargs):
+        if query.get_device().type == "neuron":
+            from .compile.flex_attention import lower_forward
+
+            return lower_forward(query, *args, **kwargs)
+        return original(query, *args, **kwargs)
+
+    flex_attention._neuron = True
+    flex_attention.__wrapped__ = original
+    lowerings[op] = flex_attention
+
+
 def install() -> None:
     tensor_printing()
     linear_cross_entropy_defaults()
@@ -410,3 +461,4 @@ def install() -> None:
     optimizer_foreach_groups_by_mesh()
     grad_scaler_float32_reciprocal()
     nested_sdpa_on_jagged_values()
+    flex_attention_device_check()

@@ -1,5 +1,5 @@
-"""torch.compile on neuron: the "neuron" backend (backend.py), Inductor on neuron (inductor.py),
-the disk cache (cache.py) and the counters (stats.py)."""
+"""torch.compile on neuron: the "neuron" backend (backend.py), Inductor on neuron (inductor.py,
+and flex_attention.py for FlexAttention), the disk cache (cache.py) and the counters (stats.py)."""
 from .stats import compile_stats, reset_compile_stats
 
 __all__ = ["compile_stats", "reset_compile_stats"]

@@ -101,6 +101,8 @@ def _register() -> None:
     )
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen
 
+    from .flex_attention import NeuronFlexAttentionPass
+
     class NeuronInterface(DeviceInterface):
         """torch.neuron as Dynamo and Inductor see a device runtime."""
 
@@ -230,11 +232,13 @@ def _register() -> None:
     from .. import _patches
 
     _patches.inductor_cpu_like_neuron()
+    _patches.inductor_flex_attention_neuron()
     register_interface_for_device("neuron", NeuronInterface)
     for i in range(torch.neuron.device_count()):
         register_interface_for_device(f"neuron:{i}", NeuronInterface)
     register_device_op_overrides("neuron", NeuronDeviceOpOverrides())
-    register_backend_for_device("neuron", cpp.CppScheduling, NeuronWrapperCodegen)
+    register_backend_for_device("neuron", cpp.CppScheduling, NeuronWrapperCodegen,
+                                device_custom_pass=NeuronFlexAttentionPass())
 
 
 _registered = False
