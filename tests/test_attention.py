@@ -87,3 +87,24 @@ def test_a_strided_nested_tensor_of_neuron_tensors_raises_rather_than_aborting()
     nt = torch._nested_tensor_from_tensor_list(parts)  # autograd reads its metadata: this aborted the process
     with pytest.raises(NotImplementedError, match="NestedTensorneuron"):
         nt * 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_the_fused_kernel_serves_every_input_the_cpus_flash_kernel_serves(dtype):
+    # neuron's fused kernel is the CPU's flash kernel: the same gates, but float64 takes the math path
+    flash, overrideable = int(SDPBackend.FLASH_ATTENTION), int(SDPBackend.OVERRIDEABLE)
+    cases = [((2, 4, 16, 8), (2, 4, 16, 8), None, False, False),
+             ((2, 4, 16, 8), (2, 2, 16, 8), None, True, True),  # grouped-query attention
+             ((2, 4, 16, 8), (2, 4, 16, 8), (16, 16), False, False),
+             ((1, 4, 16, 8), (1, 4, 16, 4), None, False, False),  # value's head size differs
+             ((2, 4, 16, 8), (2, 4, 0, 8), None, False, False)]
+    for q_shape, kv_shape, mask_shape, causal, gqa in cases:
+        def choice(device):
+            q = torch.randn(q_shape, dtype=dtype, device=device)
+            k = torch.randn(kv_shape, dtype=dtype, device=device)
+            v = k if kv_shape[-1] == q_shape[-1] else torch.randn(*kv_shape[:-1], 4, dtype=dtype, device=device)
+            mask = None if mask_shape is None else torch.zeros(mask_shape, dtype=dtype, device=device)
+            return torch._fused_sdp_choice(q, k, v, mask, 0.0, causal, enable_gqa=gqa)
+        cpu = choice("cpu")
+        want = overrideable if cpu == flash and dtype != torch.float64 else int(SDPBackend.MATH) if cpu == flash else cpu
+        assert choice(N) == want, (q_shape, kv_shape, mask_shape, dtype)

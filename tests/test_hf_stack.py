@@ -281,13 +281,9 @@ def test_diffusers_pipeline_gives_the_cpu_images():
 
     want = images("cpu", "cpu")
     np.testing.assert_allclose(images(N, "cpu"), want, atol=1e-4)  # a CPU generator: the CPU's images
-    # A neuron generator: its own numbers, reproducible bit for bit in deterministic mode (otherwise
-    # the kernels' thread count, which follows the host's load, may change the last bits).
-    torch.use_deterministic_algorithms(True)
-    try:
-        a, b, c = images(N, N), images(N, N), images(N, N, seed=4)
-    finally:
-        torch.use_deterministic_algorithms(False)
+    # A neuron generator: its own numbers, reproducible bit for bit (kernels split their work as the
+    # CPU does, whatever the host's load).
+    a, b, c = images(N, N), images(N, N), images(N, N, seed=4)
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)
     assert no_fallbacks() == {}

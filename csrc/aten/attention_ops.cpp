@@ -41,7 +41,7 @@ bool fused_kernel_takes(const sdp::sdp_params& p, bool debug) {
   constexpr auto dtypes = c10::array_of<at::ScalarType>(at::kFloat, at::kBFloat16, at::kHalf);
   constexpr auto gates = c10::array_of<bool (*)(const sdp::sdp_params&, bool)>(
       sdp::check_nested_tensor, sdp::check_for_dropout, sdp::check_tensor_shapes,
-      sdp::check_batch_size_and_num_heads_dense<false>, sdp::check_attn_mask_shape, same_head_dim,
+      sdp::check_batch_size_and_num_heads_dense<true>, sdp::check_attn_mask_shape, same_head_dim,
       sdp::check_nonzero_sequence_lengths_dense, sdp::check_last_dim_stride_equals_1_dense<false>);
   for (auto gate : gates)
     if (!gate(p, debug)) return false;
