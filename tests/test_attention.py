@@ -106,5 +106,5 @@ def test_the_fused_kernel_serves_every_input_the_cpus_flash_kernel_serves(dtype)
             mask = None if mask_shape is None else torch.zeros(mask_shape, dtype=dtype, device=device)
             return torch._fused_sdp_choice(q, k, v, mask, 0.0, causal, enable_gqa=gqa)
         cpu = choice("cpu")
-        want = overrideable if cpu == flash and dtype != torch.float64 else int(SDPBackend.MATH) if cpu == flash else cpu
+        want = cpu if cpu != flash else overrideable if dtype != torch.float64 else int(SDPBackend.MATH)
         assert choice(N) == want, (q_shape, kv_shape, mask_shape, dtype)
