@@ -1,8 +1,11 @@
 #include "compile/kernel_launch.h"
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <utility>
+#include <vector>
 
 #include "core/storage.h"
 #include "exec/device_check.h"
@@ -11,6 +14,8 @@
 
 namespace torch_neuronx {
 namespace {
+
+bool is_cpu_scalar(const at::Tensor& t) { return t.device().is_cpu() && t.dim() == 0 && t.element_size() <= 16; }
 
 // Calls `fn` with `N` integer-class arguments (pointers and 64-bit integers travel the same way in
 // the platform's calling convention, so one signature per arity serves every kernel).
@@ -46,11 +51,19 @@ void launch_cpu_kernel(void* fn, const std::string& name, const std::string& kin
   TORCH_CHECK(args.size() <= kMaxKernelArgs, "neuron: kernel ", name, " takes ", args.size(), " arguments; at most ",
               kMaxKernelArgs, " are supported");
   std::array<uintptr_t, kMaxKernelArgs> a{};
+  // A 0-dim CPU tensor a kernel reads (an optimizer's step count, an unspecialized float) travels by
+  // value, read at the launch, as CUDA's Inductor passes CPU scalars to a GPU kernel: the host may
+  // change the tensor before the queued kernel runs.
+  std::vector<std::pair<int, std::array<std::byte, 16>>> scalars;
   DeviceCheck check(name.c_str());
   for (size_t i = 0; i < args.size(); ++i) {
-    if (kinds[i] == 'p') {
+    if (kinds[i] == 'p' && args[i].isTensor() && is_cpu_scalar(args[i].toTensor())) {
+      const at::Tensor& t = args[i].toTensor();
+      scalars.emplace_back(static_cast<int>(i), std::array<std::byte, 16>{});
+      std::memcpy(scalars.back().second.data(), t.const_data_ptr(), t.element_size());
+    } else if (kinds[i] == 'p') {
       TORCH_CHECK(args[i].isTensor() && is_neuron(args[i].toTensor()), "neuron: argument ", i, " of kernel ", name,
-                  " must be a neuron tensor");
+                  " must be a neuron tensor or a 0-dim CPU tensor");
       const at::Tensor& t = args[i].toTensor();
       check.add(t);
       a[i] = reinterpret_cast<uintptr_t>(t.data_ptr());
@@ -65,7 +78,14 @@ void launch_cpu_kernel(void* fn, const std::string& name, const std::string& kin
   const auto device = check.device() >= 0 ? check.device() : current_device();
   kernel_rec.count(Mode::kAsync);
   const Caller caller = kCallers[args.size()];
-  launch(device, kernel_rec.name.c_str(), [fn, caller, a] { caller(fn, a.data()); });
+  if (scalars.empty()) {
+    launch(device, kernel_rec.name.c_str(), [fn, caller, a] { caller(fn, a.data()); });
+    return;
+  }
+  launch(device, kernel_rec.name.c_str(), [fn, caller, a, scalars = std::move(scalars)]() mutable {
+    for (auto& [i, value] : scalars) a[i] = reinterpret_cast<uintptr_t>(value.data());
+    caller(fn, a.data());
+  });
 }
 
 }  // namespace torch_neuronx

@@ -214,8 +214,15 @@ def _register() -> None:
                 result.writeline(f"{self.launcher_fn_name} = program_call({self.launcher_fn_name}, {device})")
 
         def define_kernel(self, kernel_name, kernel_body, metadata=None, gpu=True, cpp_definition=None):
+            from torch._inductor.virtualized import V
+
+            # A kernel over CPU tensors (an optimizer's step counters, CPU scalars) runs on the host
+            # when the wrapper calls it, as CUDA's Inductor runs them: only neuron kernels launch.
+            # The scheduler flushes a device's kernels before it switches device, so the current
+            # device is the kernel's.
             prefix = "async_compile.cpp_pybinding("
-            if kernel_body.lstrip().startswith(prefix):
+            device = V.graph.current_device
+            if kernel_body.lstrip().startswith(prefix) and (device is None or device.type == "neuron"):
                 body = kernel_body.lstrip()[len(prefix):]
                 assert body.rstrip().endswith(")")
                 kernel_body = f"neuron_cpp_kernel(async_compile, {body.rstrip()[:-1]}, name={kernel_name!r})"

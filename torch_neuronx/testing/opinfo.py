@@ -104,8 +104,8 @@ def lift_expected_failures(decorators, cls_name, test_name):
 
     out, lifted = [], False
     for d in decorators:
-        if (unittest.expectedFailure in d.decorators and d.cls_name == cls_name and d.test_name == test_name
-                and d.device_type in (None, DEVICE_TYPE)):
+        if (isinstance(d, DecorateInfo) and unittest.expectedFailure in d.decorators and d.cls_name == cls_name
+                and d.test_name == test_name and d.device_type in (None, DEVICE_TYPE)):
             d = NotOnNeuron(d.decorators, d.cls_name, d.test_name, device_type=d.device_type, dtypes=d.dtypes,
                             active_if=d.active_if)
             lifted = True
