@@ -95,6 +95,32 @@ def test_each_new_shape_is_a_new_program_and_says_why():
     assert s["compile_seconds"] > 0 and s["cache_hits"] + s["cache_misses"] == 3
 
 
+@pytest.mark.parametrize("backend", ["neuron", "inductor"])
+def test_counters_cover_both_backends_and_the_whole_compile_time(backend):
+    import time
+
+    m = mlp().to(N)
+    compiled = torch.compile(m, backend=backend)
+    x = torch.randn(5, 8, device=N)
+    start = time.perf_counter()
+    compiled(x)  # the first call is the compile: Dynamo's trace, AOTAutograd and Inductor
+    first_call = time.perf_counter() - start
+    s = torch_neuronx.compile_stats()
+    assert s["graphs_compiled"] == 1 and s["cache_hits"] + s["cache_misses"] == 1
+    assert 0.6 * first_call <= s["compile_seconds"] <= first_call
+
+
+def test_the_recompile_limit_is_counted_and_said():
+    m = mlp().to(N)
+    compiled = torch.compile(m, backend="neuron")
+    with torch._dynamo.config.patch(recompile_limit=2), pytest.warns(UserWarning, match="recompile limit"):
+        for n in (3, 4, 5, 6):
+            x = torch.randn(n, 8, device=N)
+            torch.testing.assert_close(compiled(x), m(x))  # past the limit it runs eagerly
+    s = torch_neuronx.compile_stats()
+    assert s["recompile_limit_hits"] == 1 and s["graphs_compiled"] == 2
+
+
 def test_dynamic_shapes_are_refused_with_what_to_do():
     compiled = torch.compile(mlp().to(N), backend="neuron", dynamic=True)
     with pytest.raises(Exception, match="static shapes.*dynamic=False"):

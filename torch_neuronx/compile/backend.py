@@ -22,12 +22,11 @@ Every compile, cache hit, recompile (with its reason) and graph break is counted
 """
 from __future__ import annotations
 
-import time
 import warnings
 
 import torch
 
-from . import cache, stats
+from . import cache
 
 _warned_modes: set = set()
 
@@ -70,14 +69,8 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = 
                       stacklevel=2)
     _check_static(gm, example_inputs)
     inductor.register()
-    record = stats.begin_compile(gm)
-    start = time.perf_counter()
-    try:
-        compiled = cache.compile_with_cache(gm, example_inputs, options,
-                                            lambda: compile_fx(gm, example_inputs, config_patches=options or {}))
-    finally:
-        stats.end_compile(record, time.perf_counter() - start)
-    return compiled
+    return cache.compile_with_cache(gm, example_inputs, options,
+                                    lambda: compile_fx(gm, example_inputs, config_patches=options or {}))
 
 
 neuron_backend.__name__ = "neuron"

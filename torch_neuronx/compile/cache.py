@@ -55,6 +55,7 @@ import warnings
 import torch
 
 from .. import _C, __version__
+from . import stats
 
 MANIFEST = "MANIFEST.json"
 _SKIP = ("locks",)  # Inductor's lock files: per process, never part of an entry
@@ -242,8 +243,18 @@ def _work_folder() -> str:
 def compile_with_cache(gm, example_inputs, options, compile_fn):
     """Runs compile_fn (Inductor on a neuron graph) with the neuron cache: the entry is restored
     into a private work folder, Inductor compiles there, and what it wrote becomes the entry."""
-    if getattr(_state, "active", False) or _user_inductor_dir():
-        return compile_fn()  # a nested compile of the same graph, or the user's own Inductor cache
+    if getattr(_state, "active", False):
+        return compile_fn()  # a nested compile of the same graph
+    record = stats.begin_compile(gm)
+    try:
+        return _compile_cached(gm, example_inputs, options, compile_fn)
+    finally:
+        stats.end_compile(record)
+
+
+def _compile_cached(gm, example_inputs, options, compile_fn):
+    if _user_inductor_dir():
+        return compile_fn()  # the user's own Inductor cache
     from torch._functorch import config as functorch_config
     from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
 

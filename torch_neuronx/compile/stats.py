@@ -1,9 +1,16 @@
-"""What the neuron backend compiled, and why: torch_neuronx.compile_stats()."""
+"""What torch.compile compiled for neuron, and why: torch_neuronx.compile_stats(). Both backends
+count (the "neuron" backend and Inductor on neuron tensors): every graph compile, its cache hit or
+miss, recompiles and their reasons, graph breaks, functions Dynamo's recompile limit sent back to
+eager, and the wall time of every compile of a frame with a neuron graph (Dynamo's trace,
+AOTAutograd and the backend)."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import sys
 import threading
+import time
+import warnings
 
 from .. import _C
 
@@ -12,11 +19,65 @@ _lock = threading.Lock()
 
 def _fresh() -> dict:
     return {"graphs_compiled": 0, "cache_hits": 0, "cache_misses": 0, "recompiles": 0, "recompile_reasons": [],
-            "graph_breaks": 0, "compile_seconds": 0.0}
+            "graph_breaks": 0, "recompile_limit_hits": 0, "compile_seconds": 0.0}
 
 
 _stats = _fresh()
 _graph_break_baseline = 0
+# The frame compile Dynamo is running on this thread: when it started, whether it compiled a neuron
+# graph (its time is neuron's), and whether this process has compiled any neuron graph yet.
+_frame = threading.local()
+_any_neuron_compile = False
+
+
+def _frame_started(_args) -> None:
+    _frame.start, _frame.neuron = time.perf_counter(), False
+
+
+def _frame_ended(_args) -> None:
+    start = getattr(_frame, "start", None)
+    if start is not None and _frame.neuron:
+        with _lock:
+            _stats["compile_seconds"] += time.perf_counter() - start
+    _frame.start = None
+
+
+class _RecompileLimit(logging.Filter):
+    """Dynamo says it stopped compiling a function only in its log ("torch._dynamo hit
+    config.recompile_limit"): counted, and said again as a warning of what to do on neuron."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _any_neuron_compile and str(record.msg).startswith("torch._dynamo hit config."):
+            with _lock:
+                _stats["recompile_limit_hits"] += 1
+            function = record.args[2] if isinstance(record.args, tuple) and len(record.args) > 2 else "a function"
+            warnings.warn(f"neuron: Dynamo hit its recompile limit for {function} and runs it eagerly from now on. "
+                          "Each new input shape of a neuron graph is a new program: pad inputs to a few lengths, or "
+                          "raise torch._dynamo.config.recompile_limit. Counted in "
+                          "torch_neuronx.compile_stats()['recompile_limit_hits'].", stacklevel=2)
+        return True
+
+
+def watch_dynamo(_module=None) -> None:
+    """Times Dynamo's frame compiles and watches its recompile limit, from when Dynamo loads.
+    torch._dynamo.reset() clears Dynamo's compile callbacks: they are registered again after it."""
+    import torch._dynamo
+    from torch._dynamo.callback import callback_handler
+
+    if _frame_started not in callback_handler.start_callbacks:
+        callback_handler.register_start_callback(_frame_started)
+        callback_handler.register_end_callback(_frame_ended)
+    reset = torch._dynamo.reset
+    if not getattr(reset, "_neuron", False):
+        logging.getLogger("torch._dynamo.convert_frame").addFilter(_RecompileLimit())
+
+        def reset_and_watch() -> None:
+            reset()
+            watch_dynamo()
+
+        reset_and_watch._neuron = True
+        reset_and_watch.__wrapped__ = reset
+        torch._dynamo.reset = reset_and_watch
 
 
 def _counters():
@@ -40,12 +101,16 @@ def _logging(area: str) -> bool:
 
 
 def begin_compile(gm) -> dict:
-    """Notes a graph entering the backend: its id, size, and whether Dynamo recompiles its frame."""
+    """Notes a neuron graph entering Inductor: its id, size, and whether Dynamo recompiles its frame."""
+    global _any_neuron_compile
     from torch._guards import CompileContext
 
+    _any_neuron_compile = True
+    _frame.neuron = True
     record = {"graph": hashlib.sha256(gm.code.encode()).hexdigest()[:12],
               "nodes": sum(1 for n in gm.graph.nodes if n.op == "call_function"),
-              "cache": _cache_counts(), "recompile": None}
+              "cache": _cache_counts(), "recompile": None, "start": time.perf_counter(),
+              "in_frame": getattr(_frame, "start", None) is not None}
     compile_id = CompileContext.current_compile_id()
     if compile_id is not None and (compile_id.frame_compile_id or 0) > 0:
         reason = None
@@ -59,13 +124,15 @@ def begin_compile(gm) -> dict:
     return record
 
 
-def end_compile(record: dict, seconds: float) -> None:
+def end_compile(record: dict) -> None:
+    seconds = time.perf_counter() - record["start"]
     hits0, misses0 = record["cache"]
     hits1, misses1 = _cache_counts()
     hit = hits1 > hits0 and misses1 == misses0
     with _lock:
         _stats["graphs_compiled"] += 1
-        _stats["compile_seconds"] += seconds
+        if not record["in_frame"]:  # compile_fx called directly; a frame's time is counted whole when it ends
+            _stats["compile_seconds"] += seconds
         _stats["cache_hits" if hit else "cache_misses"] += 1
         if record["recompile"] is not None:
             _stats["recompiles"] += 1
@@ -79,7 +146,8 @@ def end_compile(record: dict, seconds: float) -> None:
 
 def compile_stats() -> dict:
     """{"graphs_compiled", "cache_hits", "cache_misses", "recompiles", "recompile_reasons",
-    "graph_breaks", "compile_seconds"} since the process started or the last reset."""
+    "graph_breaks", "recompile_limit_hits", "compile_seconds"} since the process started or the last
+    reset."""
     with _lock:
         out = dict(_stats, recompile_reasons=list(_stats["recompile_reasons"]))
     out["graph_breaks"] = _graph_breaks() - _graph_break_baseline if "torch._dynamo" in sys.modules else 0
