@@ -94,3 +94,14 @@ def test_inductor_flex_attention_neuron():
         "'the lowering no longer picks the C++ template by the device type \"cpu\"'\n"
         "from torch._inductor.codegen.common import custom_backend_passes\n"
         "assert custom_backend_passes.get('neuron') is not None, 'the neuron post-grad pass is not registered'\n"))
+
+
+def test_dynamo_reset_calls_again():
+    import torch._dynamo
+    from torch._dynamo.callback import callback_handler
+
+    from torch_neuronx.compile import stats
+
+    torch._dynamo.reset()  # clears Dynamo's compile callbacks; the patch registers neuron's again
+    assert stats._frame_started in callback_handler.start_callbacks
+    assert stats._frame_ended in callback_handler.end_callbacks

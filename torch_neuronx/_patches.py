@@ -358,6 +358,25 @@ def inductor_neuron_compile_cache(compile_fx_module) -> None:
     compile_fx_module.compile_fx = compile_fx
 
 
+def dynamo_reset_calls_again(watch) -> None:
+    """torch._dynamo.reset() clears Dynamo's compile callbacks (torch._dynamo.callback), with which
+    torch_neuronx times every frame compile for compile_stats(): after a reset, `watch` registers
+    them again."""
+    import torch._dynamo
+
+    reset = torch._dynamo.reset
+    if getattr(reset, "_neuron", False):
+        return
+
+    def reset_and_watch() -> None:
+        reset()
+        watch()
+
+    reset_and_watch._neuron = True
+    reset_and_watch.__wrapped__ = reset
+    torch._dynamo.reset = reset_and_watch
+
+
 def nested_sdpa_on_jagged_values() -> None:
     """SDPA of jagged nested tensors in the (B, H, j, D) layout (torch.nested._internal.sdpa): its
     math path converts them to strided-layout nested tensors, whose ops have kernels only for

@@ -59,25 +59,19 @@ class _RecompileLimit(logging.Filter):
 
 
 def watch_dynamo(_module=None) -> None:
-    """Times Dynamo's frame compiles and watches its recompile limit, from when Dynamo loads.
-    torch._dynamo.reset() clears Dynamo's compile callbacks: they are registered again after it."""
-    import torch._dynamo
+    """Times Dynamo's frame compiles and watches its recompile limit, from when Dynamo loads (and
+    again after each torch._dynamo.reset(), which clears Dynamo's compile callbacks)."""
     from torch._dynamo.callback import callback_handler
+
+    from .. import _patches
 
     if _frame_started not in callback_handler.start_callbacks:
         callback_handler.register_start_callback(_frame_started)
         callback_handler.register_end_callback(_frame_ended)
-    reset = torch._dynamo.reset
-    if not getattr(reset, "_neuron", False):
-        logging.getLogger("torch._dynamo.convert_frame").addFilter(_RecompileLimit())
-
-        def reset_and_watch() -> None:
-            reset()
-            watch_dynamo()
-
-        reset_and_watch._neuron = True
-        reset_and_watch.__wrapped__ = reset
-        torch._dynamo.reset = reset_and_watch
+    logger = logging.getLogger("torch._dynamo.convert_frame")
+    if not any(isinstance(f, _RecompileLimit) for f in logger.filters):
+        logger.addFilter(_RecompileLimit())
+    _patches.dynamo_reset_calls_again(watch_dynamo)
 
 
 def _counters():
