@@ -87,7 +87,7 @@ hf-matrix: install
 
 # PyTorch's own device-generic suites (test_ops.py's TestCommon comparisons, test_modules.py's
 # TestModule) on neuron, run where they lie (never copied here) with the neuron test base
-# (torch_neuronx/testing). Long (about 17 minutes on 2 cores); fails on any failure or unexpected
+# (torch_neuronx/testing). Long (about 26 minutes on 2 cores); fails on any failure or unexpected
 # success. Figures in the README.
 UPSTREAM := ../shared/upstream-tests
 UPSTREAM_ENV = TORCH_TEST_DEVICES=$$($(abspath $(PY)) -P -c "import torch_neuronx.testing as t; print(t.TEST_BASE)") \
