@@ -38,12 +38,16 @@ def test_convolutions_keep_channels_last_forward_and_backward(make):
     torch.testing.assert_close(module.weight.grad.cpu(), cpu_module.weight.grad, rtol=1e-4, atol=1e-4)
 
 
-def test_float64_convolution_is_contiguous_as_on_cuda():
-    m = torch.nn.Conv2d(3, 4, 3).double()
-    x = _channels_last(2, 3, 8, 8).double()
-    y = m.to(N)(x.to(N))
-    assert y.is_contiguous()
-    torch.testing.assert_close(y.cpu(), m.cpu()(x))
+def test_float64_convolutions_follow_the_cpus_kernels():
+    # neither cuDNN nor oneDNN takes float64; the CPU's own kernels give channels-last in 2d only
+    for m, x, want in ((torch.nn.Conv2d(3, 4, 3).double(), _channels_last(2, 3, 8, 8).double(), CL),
+                       (torch.nn.Conv3d(3, 4, 3).double(), _channels_last(2, 3, 5, 5, 5).double(),
+                        torch.contiguous_format)):
+        y = m.to(N)(x.to(N))
+        assert y.is_contiguous(memory_format=want), y.stride()
+        want_y = m.cpu()(x)
+        assert y.stride() == want_y.stride()
+        torch.testing.assert_close(y.cpu(), want_y)
 
 
 def test_group_norm_keeps_channels_last_and_takes_non_contiguous_input():
