@@ -39,6 +39,7 @@ def _train(opt_cls, kwargs, compiled, steps=3):
 @pytest.mark.parametrize("form", list(FORMS))
 def test_a_compiled_optimizer_step_matches_eager(form):
     torch._dynamo.reset()
+    torch_neuronx.reset_compile_stats()
     opt_cls, kwargs = FORMS[form]
     params, state = _train(opt_cls, kwargs, compiled=True)
     want_params, want_state = _train(opt_cls, kwargs, compiled=False)
@@ -48,4 +49,10 @@ def test_a_compiled_optimizer_step_matches_eager(form):
         assert got.keys() == want.keys()
         for key in got:
             torch.testing.assert_close(got[key], want[key])
-    assert torch_neuronx.compile_stats()["graphs_compiled"] >= 1
+    stats = torch_neuronx.compile_stats()
+    if kwargs.get("fused"):
+        # PyTorch never traces into a fused optimizer's kernel (torch.compiler.disable, on every
+        # device): the step around it is compiled, the kernel runs as a neuron op.
+        assert stats["graph_breaks"] >= 1
+    else:
+        assert stats["graphs_compiled"] >= 1
