@@ -11,17 +11,23 @@ N = "neuron"
 
 
 def _entries(name):
-    lists = AutocastTestLists(N)
+    """(op, index, extra) of each entry of a list: the neuron arguments are made when the test runs
+    (collection makes no neuron tensors)."""
     out = []
-    for entry in getattr(lists, name):
+    for i, entry in enumerate(getattr(AutocastTestLists("cpu"), name)):
         op, args, rest = entry[0], entry[1], entry[2:]
         if op.startswith("cudnn_"):
             continue  # CUDA's own kernels, not ops a neuron tensor has
         if isinstance(args, str):
             continue  # einsum's entry gives 4-letter subscripts to 2-dim operands (test_cuda skips it too)
         extra = rest[0] if rest and isinstance(rest[0], (dict, torch.dtype)) else {}
-        out.append(pytest.param(op, args, extra, id=f"{op}-{len(out)}"))
+        out.append(pytest.param(op, (name, i), extra, id=f"{op}-{i}"))
     return out
+
+
+def _neuron_args(where):
+    name, i = where
+    return getattr(AutocastTestLists(N), name)[i][1]
 
 
 class _Case(TestAutocast):
@@ -29,8 +35,8 @@ class _Case(TestAutocast):
         pass
 
 
-def _run(op, args, run_as_type, *, amp_dtype, module=torch, out_type=None, kwargs=None):
-    _Case()._run_autocast_outofplace(op, args, run_as_type, N, out_type=out_type, module=module,
+def _run(op, where, run_as_type, *, amp_dtype, module=torch, out_type=None, kwargs=None):
+    _Case()._run_autocast_outofplace(op, _neuron_args(where), run_as_type, N, out_type=out_type, module=module,
                                      add_kwargs=kwargs or None, amp_dtype=amp_dtype)
 
 
