@@ -110,27 +110,23 @@ std::vector<int64_t> dims_of(const c10::IValue& v, int64_t ndim) {
 }
 }  // namespace
 
-void fft_r2c_cpu_layout(const c10::IValue* args, const Results& results) {
-  // (self, dim, normalization, onesided)
+namespace {
+// _fft_r2c(self, dim, normalization, onesided) and _fft_c2c(self, dim, normalization, forward): the
+// r2c keeps its last transformed dimension last (`keep_last`); no dims is a clone, as meta says.
+void fft_cpu_layout(const c10::IValue* args, const Results& results, bool keep_last) {
   const at::Tensor self = tensor_at(args, 0);
   if (results.empty() || !results[0]->defined || !self.defined()) return;
   OutputMeta& out = *results[0];
   const auto dims = dims_of(args[1], self.dim());
   if (dims.empty()) return;
-  out.strides = at::hasMKL() ? exec_fft_strides(self.strides(), out.sizes, sort_dims(self.strides(), dims, true))
+  out.strides = at::hasMKL() ? exec_fft_strides(self.strides(), out.sizes, sort_dims(self.strides(), dims, keep_last))
                              : c10::contiguous_strides(out.sizes);
 }
+}  // namespace
 
-void fft_c2c_cpu_layout(const c10::IValue* args, const Results& results) {
-  // (self, dim, normalization, forward); no dims: a clone, as meta says
-  const at::Tensor self = tensor_at(args, 0);
-  if (results.empty() || !results[0]->defined || !self.defined()) return;
-  OutputMeta& out = *results[0];
-  const auto dims = dims_of(args[1], self.dim());
-  if (dims.empty()) return;
-  out.strides = at::hasMKL() ? exec_fft_strides(self.strides(), out.sizes, sort_dims(self.strides(), dims, false))
-                             : c10::contiguous_strides(out.sizes);
-}
+void fft_r2c_cpu_layout(const c10::IValue* args, const Results& results) { fft_cpu_layout(args, results, true); }
+
+void fft_c2c_cpu_layout(const c10::IValue* args, const Results& results) { fft_cpu_layout(args, results, false); }
 
 void fft_c2r_cpu_layout(const c10::IValue* args, const Results& results) {
   // (self, dim, normalization, last_dim_size): the C2C transforms of all but the last dimension,
