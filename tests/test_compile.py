@@ -83,16 +83,37 @@ def test_a_failing_kernel_names_its_program_and_the_stream_goes_on():
     torch.testing.assert_close(compiled(w.to(N), good.to(N)).cpu(), gather(w, good))
 
 
-def test_each_new_shape_is_a_new_program_and_says_why():
+def test_a_changing_length_recompiles_once_then_specializes_per_shape():
+    """Automatic dynamic shapes: the first length compiles a static graph; the second one recompiles
+    the frame once with symbolic lengths, and from then on each length is a static program of that
+    graph, without a new Dynamo trace."""
     m = mlp().to(N)
     compiled = torch.compile(m, backend="neuron")
-    for n in (5, 5, 7, 7, 9):
+    for n in (5, 5, 7, 7, 9, 11, 9):
         x = torch.randn(n, 8, device=N)
         torch.testing.assert_close(compiled(x), m(x))
     s = torch_neuronx.compile_stats()
-    assert s["graphs_compiled"] == 3 and s["recompiles"] == 2
-    assert all("size mismatch" in r for r in s["recompile_reasons"])
-    assert s["compile_seconds"] > 0 and s["cache_hits"] + s["cache_misses"] == 3
+    assert s["graphs_compiled"] == 2 and s["recompiles"] == 1, s
+    assert "size mismatch" in s["recompile_reasons"][0]
+    assert s["programs"] == 4 and s["cache_hits"] + s["cache_misses"] == 4, s  # lengths 5, 7, 9, 11
+    assert s["compile_seconds"] > 0
+
+
+@pytest.mark.parametrize("how", ["dynamic=True", "mark_dynamic"])
+def test_symbolic_graphs_train_as_a_static_program_per_shape(how):
+    eager = mlp().to(N)
+    model = mlp().to(N)
+    compiled = torch.compile(model, backend="neuron", dynamic=True if how == "dynamic=True" else None)
+    for n in (3, 6, 3, 4):
+        x = torch.randn(n, 8, device=N)
+        if how == "mark_dynamic":
+            torch._dynamo.mark_dynamic(x, 0)
+        compiled(x).square().sum().backward()
+        eager(x).square().sum().backward()
+    for p, q in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    s = torch_neuronx.compile_stats()
+    assert s["graphs_compiled"] == 1 and s["recompiles"] == 0 and s["programs"] == 3, s
 
 
 @pytest.mark.parametrize("backend", ["neuron", "inductor"])
@@ -113,7 +134,8 @@ def test_counters_cover_both_backends_and_the_whole_compile_time(backend):
 def test_the_recompile_limit_is_counted_and_said():
     m = mlp().to(N)
     compiled = torch.compile(m, backend="neuron")
-    with torch._dynamo.config.patch(recompile_limit=2), pytest.warns(UserWarning, match="recompile limit"):
+    limit = torch._dynamo.config.patch(recompile_limit=2, automatic_dynamic_shapes=False)  # a shape per trace
+    with limit, pytest.warns(UserWarning, match="recompile limit"):
         for n in (3, 4, 5, 6):
             x = torch.randn(n, 8, device=N)
             torch.testing.assert_close(compiled(x), m(x))  # past the limit it runs eagerly
@@ -121,10 +143,46 @@ def test_the_recompile_limit_is_counted_and_said():
     assert s["recompile_limit_hits"] == 1 and s["graphs_compiled"] == 2
 
 
-def test_dynamic_shapes_are_refused_with_what_to_do():
-    compiled = torch.compile(mlp().to(N), backend="neuron", dynamic=True)
-    with pytest.raises(Exception, match="static shapes.*dynamic=False"):
-        compiled(torch.randn(3, 8, device=N))
+def _llama(layers=2, **kw):
+    import transformers
+
+    cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, **kw)
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(cfg).eval()
+
+
+LENGTHS = (5, 9, 12, 17, 3, 21, 8, 30, 14, 25, 6, 11)
+
+
+def test_a_hf_model_over_twelve_lengths_never_reaches_the_recompile_limit():
+    model = _llama(layers=1)
+    compiled = torch.compile(copy_to_neuron(model), backend="neuron")
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for n in LENGTHS:
+            ids = torch.randint(0, 96, (1, n), generator=g)
+            torch.testing.assert_close(compiled(ids.to(N)).logits.cpu(), model(ids).logits, atol=1e-4, rtol=1e-4)
+    s = torch_neuronx.compile_stats()
+    assert s["recompiles"] <= 1 and s["recompile_limit_hits"] == 0, s
+    assert s["programs"] == len(LENGTHS) and s["graphs_compiled"] == 2, s
+
+
+def test_the_default_backend_compiles_a_hf_model_with_dynamic_true():
+    model = _llama()
+    compiled = torch.compile(copy_to_neuron(model), dynamic=True)  # Inductor's dynamic kernels on neuron
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for n in (5, 9, 12):
+            ids = torch.randint(0, 96, (2, n), generator=g)
+            torch.testing.assert_close(compiled(ids.to(N)).logits.cpu(), model(ids).logits, atol=1e-4, rtol=1e-4)
+    assert torch_neuronx.compile_stats()["recompile_limit_hits"] == 0
+
+
+def copy_to_neuron(model):
+    import copy
+
+    return copy.deepcopy(model).to(N)
 
 
 def test_modes_other_than_default_warn_once_and_run():
@@ -210,6 +268,50 @@ def test_static_cache_generate_compiles_the_decode_step_once(dtype):
             assert torch.equal(got.cpu(), w)
     s = torch_neuronx.compile_stats()
     assert s["graphs_compiled"] == 1 and s["recompiles"] == 0, s  # 3 prompts x 7 decode steps, one program
+
+
+def _generate_over_prompt_lengths(model, lengths, max_new_tokens=12, **kwargs):
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, 96, (1, n), generator=g) for n in lengths]
+    want = [model.generate(p, max_new_tokens=max_new_tokens, do_sample=False) for p in prompts]
+    model.to(N)
+    for p, w in zip(prompts, want):
+        got = model.generate(p.to(N), max_new_tokens=max_new_tokens, do_sample=False, cache_implementation="static",
+                             **kwargs)
+        assert torch.equal(got.cpu(), w), (p.shape, got, w)
+    return torch_neuronx.compile_stats()
+
+
+def test_static_cache_generate_shares_one_decode_program_across_prompt_lengths():
+    """The cache length is rounded up to a multiple of 256 tokens on neuron, within the model's
+    max_position_embeddings (64 here): prompts of 2 to 40 tokens use one cache length, so one decode
+    program (without the rounding: a program per length)."""
+    s = _generate_over_prompt_lengths(_tiny_llama(torch.float32),
+                                      (2, 9, 17, 40, 5))
+    assert s["programs"] == 1 and s["recompiles"] == 0, s
+
+
+def test_static_cache_generate_keeps_the_users_max_cache_len():
+    model = _tiny_llama(torch.float32)
+    s = _generate_over_prompt_lengths(model, (3,), max_new_tokens=4, max_cache_len=24)
+    assert s["programs"] == 1
+    assert model._previous_max_cache_length == 24  # not rounded: the user chose it
+
+
+def test_sliding_window_generate_compiles_two_decode_programs():
+    """A sliding-window static cache (Mistral here; Gemma 2/3 and Qwen2 share the layer) counts its
+    tokens in a Python int on which Dynamo guarded value by value: a program per decode step until
+    the window filled. On neuron the count is a symbolic integer: one program while the window fills,
+    one after."""
+    import transformers
+
+    cfg = transformers.MistralConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                     sliding_window=8)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    s = _generate_over_prompt_lengths(model, (2, 9, 5))  # 12 new tokens each: the window fills in every one
+    assert s["programs"] == 2 and s["recompiles"] <= 1 and s["recompile_limit_hits"] == 0, s
 
 
 def test_compiled_programs_keep_device_memory_closed_to_the_host():

@@ -411,6 +411,7 @@ def test_peer_failure_raises_within_timeout(tmp_path, mode):
     r = L.launch(os.path.join(HERE, "failures.py"), 2, ["--device", "neuron", "--mode", mode], str(tmp_path),
                  timeout=90, env=_env("neuron"))
     assert not r.timed_out and r.seconds < 45, r.tail()
+    assert (tmp_path / "failure.json").exists(), f"rank 0 wrote no result ({r.seconds:.1f} s):\n{r.tail()}"
     with open(tmp_path / "failure.json") as f:
         res = json.load(f)
     first, second = res["first"], res["second"]

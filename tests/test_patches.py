@@ -3,6 +3,7 @@ it was written against: a PyTorch upgrade that changes it fails here, naming the
 silently changing what neuron does. (The accelerate and optimizer patches have their guards beside
 their tests: test_hf_stack.py, test_distributed.py.)"""
 import inspect
+import re
 
 import pytest
 import torch
@@ -23,13 +24,23 @@ def test_tensor_printing():
     assert str(torch.tensor([1.5], device="neuron")) == "tensor([1.5000], device='neuron:0')"
 
 
-def test_dynamo_static_neuron_shapes():
-    from torch._dynamo.variables import builder
+def test_generate_static_cache_programs():
+    import transformers
+    import transformers.generation.utils as gen
 
-    assert getattr(builder._automatic_dynamic, "_neuron", False), "patch dynamo_static_neuron_shapes is not installed"
-    params = list(inspect.signature(builder._automatic_dynamic.__wrapped__).parameters)
-    assert params[:4] == ["e", "tx", "source", "static_shapes"], \
-        f"patch dynamo_static_neuron_shapes: _automatic_dynamic's parameters changed: {params}"
+    from torch_neuronx import _patches
+
+    assert getattr(gen.GenerationMixin._prepare_cache_for_generation, "_neuron", False), \
+        "patch generate_static_cache_programs is not installed"
+    assert getattr(transformers.PreTrainedModel.get_compiled_call, "_neuron", False), \
+        "patch generate_static_cache_programs is not installed"
+    params = list(inspect.signature(gen.GenerationMixin._prepare_cache_for_generation.__wrapped__).parameters)
+    assert params == ["self", "generation_config", "model_kwargs", "generation_mode", "batch_size",
+                      "max_cache_length"], f"patch generate_static_cache_programs: the parameters changed: {params}"
+    layer = transformers.cache_utils.StaticSlidingWindowLayer(max_cache_len=16, sliding_window=8)
+    assert re.fullmatch(_patches.SLIDING_WINDOW_LENGTHS, "L['self'].layers[0].cumulative_length_int") and \
+        isinstance(layer.cumulative_length_int, int), \
+        "patch generate_static_cache_programs: the sliding-window layer no longer counts in cumulative_length_int"
 
 
 def test_linear_cross_entropy_defaults():

@@ -3,6 +3,7 @@ place. Each works around one upstream behaviour, named in its docstring; none ch
 devices do."""
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.util
 import sys
@@ -57,31 +58,6 @@ def after_import(target: str, patch) -> None:
     if not any(isinstance(f, _AfterImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _AfterImport())
     _pending.setdefault(target, []).append(patch)
-
-
-def dynamo_static_neuron_shapes() -> None:
-    """Dynamo's automatic dynamic shapes (torch._dynamo.variables.builder._automatic_dynamic) turn
-    a dimension symbolic when a recompile sees it change. A neuron program has static shapes (each
-    new shape is a new program, as on Trainium), so neuron tensors stay static unless the user asks
-    for dynamic shapes (dynamic=True, mark_dynamic), which the neuron backend refuses clearly."""
-
-    def patch(builder):
-        original = builder._automatic_dynamic
-        if getattr(original, "_neuron", False):
-            return
-
-        def automatic_dynamic(e, tx, source, static_shapes, *args, **kwargs):
-            import torch._dynamo.config as config
-
-            if config.assume_static_by_default and getattr(e, "device", None) is not None and e.device.type == "neuron":
-                static_shapes = True
-            return original(e, tx, source, static_shapes, *args, **kwargs)
-
-        automatic_dynamic._neuron = True
-        automatic_dynamic.__wrapped__ = original
-        builder._automatic_dynamic = automatic_dynamic
-
-    after_import("torch._dynamo.variables.builder", patch)
 
 
 def linear_cross_entropy_defaults() -> None:
@@ -339,7 +315,6 @@ def inductor_neuron_compile_cache(compile_fx_module) -> None:
     (torch.compile's Inductor wrapper and Dynamo's "inductor" backend import it at each call): a
     graph whose inputs are on neuron is compiled with the neuron cache, as the "neuron" backend's
     graphs are; any other graph goes through unchanged, with Inductor's own cache."""
-    import functools
 
     original = compile_fx_module.compile_fx
     if getattr(original, "_neuron", False):
@@ -471,13 +446,79 @@ def inductor_flex_attention_neuron() -> None:
     lowerings[op] = flex_attention
 
 
+STATIC_CACHE_BUCKET = 256
+SLIDING_WINDOW_LENGTHS = r".*\.cumulative_length_int"
+
+
+def generate_static_cache_programs() -> None:
+    """transformers' generate with a static KV cache compiles its decode step with backend "neuron"
+    and static shapes, which costs a decode program per cache length, and per step for a
+    sliding-window cache until its window fills. On neuron:
+    - the cache length is rounded up to a multiple of STATIC_CACHE_BUCKET tokens (within the model's
+      max_position_embeddings), unless the user sets generation_config.max_cache_len: prompts of
+      many lengths share one decode program;
+    - a sliding-window layer's Python count of cached tokens (StaticSlidingWindowLayer.
+      cumulative_length_int, on which Dynamo would guard value by value) is compiled as a symbolic
+      integer: two decode programs, before and after the window fills (compile/per_shape.py keeps
+      an integer that sizes no tensor an argument of the program)."""
+
+    def patch(generation_utils):
+        mixin = generation_utils.GenerationMixin
+        prepare = mixin._prepare_cache_for_generation
+        if getattr(prepare, "_neuron", False):
+            return
+
+        @functools.wraps(prepare)
+        def prepare_cache(self, generation_config, model_kwargs, generation_mode, batch_size, max_cache_length,
+                          *args, **kwargs):
+            if (self.device.type == "neuron" and generation_config.max_cache_len is None
+                    and generation_config.cache_implementation in generation_utils.ALL_STATIC_CACHE_IMPLEMENTATIONS):
+                bucket = -(-max_cache_length // STATIC_CACHE_BUCKET) * STATIC_CACHE_BUCKET
+                limit = getattr(self.config.get_text_config(decoder=True), "max_position_embeddings", None)
+                max_cache_length = min(bucket, max(max_cache_length, limit)) if isinstance(limit, int) else bucket
+            return prepare(self, generation_config, model_kwargs, generation_mode, batch_size, max_cache_length,
+                           *args, **kwargs)
+
+        prepare_cache._neuron = True
+        mixin._prepare_cache_for_generation = prepare_cache
+
+    def patch_compiled_call(modeling_utils):
+        model_class = modeling_utils.PreTrainedModel
+        if getattr(model_class.get_compiled_call, "_neuron", False):
+            return
+        compiled_call = model_class.get_compiled_call
+
+        @functools.wraps(compiled_call)
+        def get_compiled_call(self, compile_config):
+            call = compiled_call(self, compile_config)
+            if self.device.type != "neuron":
+                return call
+
+            @functools.wraps(call)
+            def call_with_sliding_lengths(*args, **kwargs):
+                sources = torch.compiler.config.dynamic_sources
+                if SLIDING_WINDOW_LENGTHS in sources.split(","):
+                    return call(*args, **kwargs)
+                widened = ",".join(filter(None, (sources, SLIDING_WINDOW_LENGTHS)))
+                with torch.compiler.config.patch(dynamic_sources=widened):
+                    return call(*args, **kwargs)
+
+            return call_with_sliding_lengths
+
+        get_compiled_call._neuron = True
+        model_class.get_compiled_call = get_compiled_call
+
+    after_import("transformers.generation.utils", patch)
+    after_import("transformers.modeling_utils", patch_compiled_call)
+
+
 def install() -> None:
     tensor_printing()
     linear_cross_entropy_defaults()
-    dynamo_static_neuron_shapes()
     accelerate_max_memory()
     accelerate_local_rank_device()
     optimizer_foreach_groups_by_mesh()
     grad_scaler_float32_reciprocal()
     nested_sdpa_on_jagged_values()
     flex_attention_device_check()
+    generate_static_cache_programs()

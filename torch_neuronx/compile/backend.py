@@ -1,9 +1,12 @@
 """`torch.compile(model, backend="neuron")`.
 
 How a graph becomes a neuron program:
-1. Dynamo captures the graph. Neuron tensors keep static shapes (each new shape is a new program,
-   as on Trainium): automatic dynamic shapes are off for them, and `dynamic=True` (or
-   `mark_dynamic`) is refused with an error that says what to do.
+1. Dynamo captures the graph, with static shapes first and symbolic ones where it saw a dimension
+   change (automatic dynamic shapes), or where the user asked (`dynamic=True`, `mark_dynamic`).
+   A neuron program has static shapes, as on Trainium: a symbolic graph is traced once and
+   specialized per concrete input signature at its first call with it (compile/per_shape.py), a static
+   program each, without a new Dynamo trace. Varying lengths therefore never reach Dynamo's
+   recompile limit; each program is compiled once per process, and cached on disk.
 2. AOTAutograd splits forward and backward and functionalizes them (input mutations are applied
    back after the call).
 3. Inductor lowers each graph; its C++ code generator writes the kernels for the software
@@ -26,13 +29,9 @@ import warnings
 
 import torch
 
-from . import cache
+from . import cache, per_shape, stats
 
 _warned_modes: set = set()
-
-
-class NeuronCompileError(RuntimeError):
-    """A graph the neuron backend cannot compile, with what to do instead."""
 
 
 def _symbolic(x) -> bool:
@@ -43,23 +42,15 @@ def _symbolic(x) -> bool:
     return False
 
 
-def _check_static(gm, example_inputs) -> None:
-    if any(_symbolic(x) for x in example_inputs):
-        raise NeuronCompileError(
-            "neuron: torch.compile with dynamic shapes (dynamic=True, or torch._dynamo.mark_dynamic) is not "
-            "supported: a neuron program has static shapes. Compile with dynamic=False (the default for neuron "
-            "tensors): each new input shape compiles a new program, counted in torch_neuronx.compile_stats(). To "
-            "bound the number of programs, pad inputs to a few fixed lengths (e.g. a static KV cache).")
+def _compile(gm, example_inputs, options, graph: bool):
+    from torch._inductor.compile_fx import compile_fx
 
-
-def _devices(example_inputs) -> set:
-    return {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
+    return cache.compile_with_cache(gm, example_inputs, options,
+                                    lambda: compile_fx(gm, example_inputs, config_patches=options or {}), graph=graph)
 
 
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None, options: dict | None = None):
     """The Dynamo backend "neuron"."""
-    from torch._inductor.compile_fx import compile_fx
-
     from . import inductor
 
     if mode and mode != "default" and mode not in _warned_modes:
@@ -67,10 +58,11 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = 
         warnings.warn(f"neuron: torch.compile mode={mode!r} has no separate meaning on neuron (there are no CUDA "
                       "graphs and programs are already one static launch sequence); compiling as mode='default'",
                       stacklevel=2)
-    _check_static(gm, example_inputs)
     inductor.register()
-    return cache.compile_with_cache(gm, example_inputs, options,
-                                    lambda: compile_fx(gm, example_inputs, config_patches=options or {}))
+    if any(_symbolic(x) for x in example_inputs):
+        stats.graph_received(gm)  # its programs are counted as each signature compiles
+        return per_shape.PerShape(gm, example_inputs, lambda g, inputs: _compile(g, inputs, options, graph=False))
+    return _compile(gm, example_inputs, options, graph=True)
 
 
 neuron_backend.__name__ = "neuron"

@@ -240,12 +240,14 @@ def _work_folder() -> str:
     return work
 
 
-def compile_with_cache(gm, example_inputs, options, compile_fn):
+def compile_with_cache(gm, example_inputs, options, compile_fn, graph: bool = True):
     """Runs compile_fn (Inductor on a neuron graph) with the neuron cache: the entry is restored
-    into a private work folder, Inductor compiles there, and what it wrote becomes the entry."""
+    into a private work folder, Inductor compiles there, and what it wrote becomes the entry.
+    `graph`: the compile is of a graph Dynamo just traced (False: a static program specialized
+    from a symbolic graph already counted)."""
     if getattr(_state, "active", False):
         return compile_fn()  # a nested compile of the same graph
-    record = stats.begin_compile(gm)
+    record = stats.begin_compile(gm, graph)
     try:
         return _compile_cached(gm, example_inputs, options, compile_fn)
     finally:

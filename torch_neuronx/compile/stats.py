@@ -18,8 +18,8 @@ _lock = threading.Lock()
 
 
 def _fresh() -> dict:
-    return {"graphs_compiled": 0, "cache_hits": 0, "cache_misses": 0, "recompiles": 0, "recompile_reasons": [],
-            "graph_breaks": 0, "recompile_limit_hits": 0, "compile_seconds": 0.0}
+    return {"graphs_compiled": 0, "programs": 0, "cache_hits": 0, "cache_misses": 0, "recompiles": 0,
+            "recompile_reasons": [], "graph_breaks": 0, "recompile_limit_hits": 0, "compile_seconds": 0.0}
 
 
 _stats = _fresh()
@@ -52,8 +52,9 @@ class _RecompileLimit(logging.Filter):
                 _stats["recompile_limit_hits"] += 1
             function = record.args[2] if isinstance(record.args, tuple) and len(record.args) > 2 else "a function"
             warnings.warn(f"neuron: Dynamo hit its recompile limit for {function} and runs it eagerly from now on. "
-                          "Each new input shape of a neuron graph is a new program: pad inputs to a few lengths, or "
-                          "raise torch._dynamo.config.recompile_limit. Counted in "
+                          "For inputs whose lengths vary, keep automatic dynamic shapes on (the default) or "
+                          "torch._dynamo.mark_dynamic the varying dimension: neuron builds a static program per shape "
+                          "from one trace. Otherwise raise torch._dynamo.config.recompile_limit. Counted in "
                           "torch_neuronx.compile_stats()['recompile_limit_hits'].", stacklevel=2)
         return True
 
@@ -94,8 +95,9 @@ def _logging(area: str) -> bool:
     return area in (_C._config_text("TORCH_NEURONX_LOG") or "").split(",")
 
 
-def begin_compile(gm) -> dict:
-    """Notes a neuron graph entering Inductor: its id, size, and whether Dynamo recompiles its frame."""
+def begin_compile(gm, graph: bool = True) -> dict:
+    """Notes a neuron graph entering Inductor: its id, size, and whether Dynamo recompiles its frame.
+    `graph` is False for a program specialized from a symbolic graph, which is not a new Dynamo graph."""
     global _any_neuron_compile
     from torch._guards import CompileContext
 
@@ -104,7 +106,7 @@ def begin_compile(gm) -> dict:
     record = {"graph": hashlib.sha256(gm.code.encode()).hexdigest()[:12],
               "nodes": sum(1 for n in gm.graph.nodes if n.op == "call_function"),
               "cache": _cache_counts(), "recompile": None, "start": time.perf_counter(),
-              "in_frame": getattr(_frame, "start", None) is not None}
+              "in_frame": getattr(_frame, "start", None) is not None, "new_graph": graph}
     compile_id = CompileContext.current_compile_id()
     if compile_id is not None and (compile_id.frame_compile_id or 0) > 0:
         reason = None
@@ -114,34 +116,52 @@ def begin_compile(gm) -> dict:
             reason = getattr(get_metrics_context(), "_metrics", {}).get("recompile_reason")
         except Exception:  # noqa: BLE001  (an internal of Dynamo's; the count stands without it)
             pass
-        record["recompile"] = reason or "unknown (set TORCH_LOGS=recompiles)"
+        # the guard that failed, without the user stack trace Dynamo appends (TORCH_LOGS=recompiles has it)
+        record["recompile"] = (reason.split("\nUser stack trace:")[0] if reason
+                               else "unknown (set TORCH_LOGS=recompiles)")
     return record
 
 
+def graph_received(gm) -> None:
+    """A symbolic graph reached the neuron backend: a Dynamo graph (and maybe a recompile), whose
+    static programs are counted as they compile."""
+    _finish(begin_compile(gm), program=False)
+
+
 def end_compile(record: dict) -> None:
+    _finish(record, program=True)
+
+
+def _finish(record: dict, program: bool) -> None:
     seconds = time.perf_counter() - record["start"]
     hits0, misses0 = record["cache"]
     hits1, misses1 = _cache_counts()
     hit = hits1 > hits0 and misses1 == misses0
     with _lock:
-        _stats["graphs_compiled"] += 1
+        _stats["graphs_compiled"] += record["new_graph"]
+        _stats["programs"] += program
+        if program:
+            _stats["cache_hits" if hit else "cache_misses"] += 1
         if not record["in_frame"]:  # compile_fx called directly; a frame's time is counted whole when it ends
             _stats["compile_seconds"] += seconds
-        _stats["cache_hits" if hit else "cache_misses"] += 1
         if record["recompile"] is not None:
             _stats["recompiles"] += 1
             _stats["recompile_reasons"].append(record["recompile"])
     if _logging("compile"):
-        how = "cache hit" if hit else "compiled"
+        how = ("a static program: cache hit" if hit else "a static program: compiled") if program else \
+            "symbolic: a static program per input signature"
+        what = "graph" if record["new_graph"] else "specialized graph"
         extra = f", recompile: {record['recompile']}" if record["recompile"] else ""
-        print(f"neuron compile: graph {record['graph']} ({record['nodes']} nodes): {how} in {seconds:.2f} s{extra}",
+        print(f"neuron compile: {what} {record['graph']} ({record['nodes']} nodes): {how} in {seconds:.2f} s{extra}",
               file=sys.stderr)
 
 
 def compile_stats() -> dict:
-    """{"graphs_compiled", "cache_hits", "cache_misses", "recompiles", "recompile_reasons",
+    """{"graphs_compiled", "programs", "cache_hits", "cache_misses", "recompiles", "recompile_reasons",
     "graph_breaks", "recompile_limit_hits", "compile_seconds"} since the process started or the last
-    reset."""
+    reset. graphs_compiled counts the graphs Dynamo traced; programs the static programs built from
+    them (one per graph, or one per input signature of a symbolic graph); cache_hits and
+    cache_misses are per program."""
     with _lock:
         out = dict(_stats, recompile_reasons=list(_stats["recompile_reasons"]))
     out["graph_breaks"] = _graph_breaks() - _graph_break_baseline if "torch._dynamo" in sys.modules else 0
