@@ -257,3 +257,63 @@ def test_restore_checks_every_file_against_the_manifest(tmp_path):
     (entry / "ab" / "w.py").write_bytes(b"call = 2\n")  # same size, other content
     assert cache.restore(str(entry), str(tmp_path / "into")) is None
     assert not entry.exists() and _files(tmp_path / "into") == []  # removed; nothing of it is loaded
+
+
+# Compiles a small training step on neuron; with MODE=save it writes torch.compiler's cache
+# artifacts to ARTIFACTS, with MODE=load it loads them first. With NO_PROBES=1 Inductor's
+# vector-ISA probe (a child process loading a test library) fails the process if it runs.
+_ARTIFACTS = _CLEAN + '''
+import torch, torch_neuronx
+if os.environ.get("NO_PROBES"):
+    from torch._inductor import cpu_vec_isa
+    def _no_probe(self, path):
+        raise AssertionError("the vector-ISA probe ran although its outcome was kept")
+    cpu_vec_isa.VecISA._probe_load = _no_probe
+if os.environ["MODE"] == "load":
+    with open(os.environ["ARTIFACTS"], "rb") as f:
+        torch.compiler.load_cache_artifacts(f.read())
+torch.manual_seed(0)
+m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+x = torch.randn(5, 8)
+want = m(x)
+want.sum().backward()
+grads = [p.grad.clone() for p in m.parameters()]
+m.zero_grad()
+m.to("neuron")
+y = torch.compile(m, backend="neuron")(x.to("neuron"))
+y.sum().backward()
+assert torch.allclose(y.cpu(), want, atol=1e-6)
+assert all(torch.allclose(p.grad.cpu(), g, atol=1e-6) for p, g in zip(m.parameters(), grads))
+if os.environ["MODE"] == "save":
+    with open(os.environ["ARTIFACTS"], "wb") as f:
+        f.write(torch.compiler.save_cache_artifacts()[0])
+s = torch_neuronx.compile_stats()
+print(s["cache_hits"], s["cache_misses"])
+'''
+
+
+def _artifacts(env):
+    r = run_python(_ARTIFACTS, {"KEEP": "TORCH_NEURONX_CACHE_DIR", **env}, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout.strip().split("\n")[-1]
+
+
+def test_loaded_cache_artifacts_serve_neuron_compiles_in_another_cache(tmp_path):
+    """torch.compiler.save_cache_artifacts after a neuron compile, load_cache_artifacts in a process
+    whose neuron cache is empty: its compile is served from the loaded records (a hit), and what it
+    writes makes the next process warm from the neuron cache alone."""
+    path = str(tmp_path / "artifacts.bin")
+    assert _artifacts({"MODE": "save", "ARTIFACTS": path, "TORCH_NEURONX_CACHE_DIR": str(tmp_path / "a")}) == "0 1"
+    other = str(tmp_path / "b")
+    assert _artifacts({"MODE": "load", "ARTIFACTS": path, "TORCH_NEURONX_CACHE_DIR": other}) == "1 0"
+    assert _artifacts({"MODE": "none", "TORCH_NEURONX_CACHE_DIR": other, "NO_PROBES": "1"}) == "1 0"
+
+
+def test_inductors_vector_isa_probes_are_kept_for_the_next_process(tmp_path):
+    cache = str(tmp_path / "cache")
+    assert _compile({"TORCH_NEURONX_CACHE_DIR": cache})[0] == "0 1"
+    probes = [json.load(open(p)) for p in _files(os.path.join(cache, "probes"))]
+    assert len(probes) == 1 and probes[0] and all(isinstance(v, bool) for v in probes[0].values()), probes
+    shutil.rmtree(os.path.join(cache, [d for d in os.listdir(cache) if d != "probes"][0]))  # programs gone
+    env = {"TORCH_NEURONX_CACHE_DIR": cache, "MODE": "none", "NO_PROBES": "1"}
+    assert _artifacts(env) == "0 1"  # compiled again, without probing

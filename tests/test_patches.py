@@ -43,6 +43,27 @@ def test_generate_static_cache_programs():
         "patch generate_static_cache_programs: the sliding-window layer no longer counts in cumulative_length_int"
 
 
+def test_dynamo_function_names_when_logged():
+    import logging
+
+    import torch._dynamo.symbolic_convert as sc
+    from torch._dynamo import output_graph
+
+    assert getattr(sc.get_funcname, "_neuron", False), "patch dynamo_function_names_when_logged is not installed"
+    assert "get_funcname(" in _source(sc.InstructionTranslatorBase.get_line_of_code_header), \
+        "patch dynamo_function_names_when_logged: Dynamo's log header no longer names the function"
+    assert "get_line_of_code_header" in inspect.getsource(output_graph.SubgraphTracer._create_proxy), \
+        "patch dynamo_function_names_when_logged: _create_proxy changed (the eager lookup may be gone)"
+    here = inspect.getsourcefile(test_dynamo_function_names_when_logged)
+    line = test_dynamo_function_names_when_logged.__code__.co_firstlineno
+    assert sc.get_funcname(here, line + 1) is None  # no trace log on: not looked up
+    sc.trace_source_log.setLevel(logging.DEBUG)
+    try:
+        assert sc.get_funcname(here, line + 1) == "test_dynamo_function_names_when_logged"
+    finally:
+        sc.trace_source_log.setLevel(logging.NOTSET)
+
+
 def test_linear_cross_entropy_defaults():
     try:
         from torch.nn.modules import linear_cross_entropy_options as lce

@@ -90,28 +90,31 @@ def inductor_cpu_like_neuron() -> None:
     """Inductor's scheduler asks `node.is_cpu()` (device.type == "cpu") to pick the fusion and
     loop-reindexing rules of its C++ code generator, which writes neuron's kernels too (the software
     NeuronCore's memory is host-addressable). Neuron nodes answer as CPU nodes do there. Applied
-    only when Inductor is set up for neuron (torch_neuronx.compile.inductor)."""
-    from torch._inductor import scheduler
+    only when Inductor is set up for neuron (torch_neuronx.compile.inductor), to each module as
+    Inductor imports it: a compile served from the cache never imports the lowering modules."""
 
-    is_cpu = scheduler.BaseSchedulerNode.is_cpu
-    if getattr(is_cpu, "_neuron", False):
-        return
+    def patch_scheduler(scheduler):
+        is_cpu = scheduler.BaseSchedulerNode.is_cpu
+        if getattr(is_cpu, "_neuron", False):
+            return
 
-    def neuron_or_cpu(self) -> bool:
-        device = self.get_device()
-        return device is not None and device.type in ("cpu", "neuron")
+        def neuron_or_cpu(self) -> bool:
+            device = self.get_device()
+            return device is not None and device.type in ("cpu", "neuron")
 
-    neuron_or_cpu._neuron = True
-    scheduler.BaseSchedulerNode.is_cpu = neuron_or_cpu
+        neuron_or_cpu._neuron = True
+        scheduler.BaseSchedulerNode.is_cpu = neuron_or_cpu
+
+    after_import("torch._inductor.scheduler", patch_scheduler)
 
     # torch._inductor.utils.get_current_backend names the code generator of the current device
     # and answers "triton" (config.cuda_backend) for devices it does not list; neuron's is the C++
     # one (config.cpu_backend). Each module that imported the function gets the wrapped one.
-    import importlib
-
     from torch._inductor import utils
 
     original = utils.get_current_backend
+    if getattr(original, "_neuron", False):
+        return
 
     def current_backend(device_type=None):
         from torch._inductor.virtualized import V
@@ -120,11 +123,15 @@ def inductor_cpu_like_neuron() -> None:
             device_type = V.graph.get_current_device_or_throw().type
         return original("cpu" if device_type == "neuron" else device_type)
 
-    for name in ("torch._inductor.utils", "torch._inductor.codegen.common", "torch._inductor.scheduler",
-                 "torch._inductor.kernel.mm_common"):
-        module = importlib.import_module(name)
+    current_backend._neuron = True
+
+    def rebind(module):
         if getattr(module, "get_current_backend", None) is original:
             module.get_current_backend = current_backend
+
+    for name in ("torch._inductor.utils", "torch._inductor.codegen.common", "torch._inductor.scheduler",
+                 "torch._inductor.kernel.mm_common"):
+        after_import(name, rebind)
 
 
 def _rebind(original, replacement, modules: dict) -> None:
@@ -427,23 +434,27 @@ def inductor_flex_attention_neuron() -> None:
     written by the C++ code generator, so a neuron forward gets the CPU's template (the forwards it
     cannot write were already replaced by torch_neuronx.compile.flex_attention's pass). Applied
     only when Inductor is set up for neuron (torch_neuronx.compile.inductor)."""
-    from torch._inductor.lowering import lowerings
+    def patch(_flex_module):
+        from torch._inductor.lowering import lowerings
 
-    op = torch.ops.higher_order.flex_attention
-    original = lowerings[op]
-    if getattr(original, "_neuron", False):
-        return
+        op = torch.ops.higher_order.flex_attention
+        original = lowerings[op]
+        if getattr(original, "_neuron", False):
+            return
 
-    def flex_attention(query, *args, **kwargs):
-        if query.get_device().type == "neuron":
-            from .compile.flex_attention import lower_forward
+        def flex_attention(query, *args, **kwargs):
+            if query.get_device().type == "neuron":
+                from .compile.flex_attention import lower_forward
 
-            return lower_forward(query, *args, **kwargs)
-        return original(query, *args, **kwargs)
+                return lower_forward(query, *args, **kwargs)
+            return original(query, *args, **kwargs)
 
-    flex_attention._neuron = True
-    flex_attention.__wrapped__ = original
-    lowerings[op] = flex_attention
+        flex_attention._neuron = True
+        flex_attention.__wrapped__ = original
+        lowerings[op] = flex_attention
+
+    # the module that registers flex_attention's lowering, imported with Inductor's lowerings
+    after_import("torch._inductor.kernel.flex.flex_attention", patch)
 
 
 STATIC_CACHE_BUCKET = 256
@@ -512,6 +523,35 @@ def generate_static_cache_programs() -> None:
     after_import("transformers.modeling_utils", patch_compiled_call)
 
 
+def dynamo_function_names_when_logged() -> None:
+    """Dynamo names the enclosing function of each traced call for its trace_call and trace_source
+    debug logs (torch._dynamo.funcname_cache.get_funcname, which tokenizes each source file it
+    meets), and does so whether or not those logs are on: about half a second of every first compile
+    in a process, a fifth of a warm start from the compile cache. The name is looked up only where
+    one of those logs is on; the log lines are otherwise unchanged."""
+
+    def patch(symbolic_convert):
+        original = symbolic_convert.get_funcname
+        if getattr(original, "_neuron", False):
+            return
+        import logging
+
+        from torch._dynamo import output_graph
+
+        logs = (symbolic_convert.trace_call_log, symbolic_convert.trace_source_log, output_graph.trace_call_log)
+
+        @functools.wraps(original)
+        def get_funcname(filename, lineno):
+            if any(log.isEnabledFor(logging.DEBUG) for log in logs):
+                return original(filename, lineno)
+            return None
+
+        get_funcname._neuron = True
+        symbolic_convert.get_funcname = get_funcname
+
+    after_import("torch._dynamo.symbolic_convert", patch)
+
+
 def install() -> None:
     tensor_printing()
     linear_cross_entropy_defaults()
@@ -522,3 +562,4 @@ def install() -> None:
     nested_sdpa_on_jagged_values()
     flex_attention_device_check()
     generate_static_cache_programs()
+    dynamo_function_names_when_logged()

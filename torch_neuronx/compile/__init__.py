@@ -1,6 +1,6 @@
 """torch.compile on neuron: the "neuron" backend (backend.py), Inductor on neuron (inductor.py,
 and flex_attention.py for FlexAttention), the disk cache (cache.py) and the counters (stats.py)."""
-from . import stats
+from . import cache, stats
 from .stats import compile_stats, reset_compile_stats
 
 __all__ = ["compile_stats", "reset_compile_stats"]
@@ -21,5 +21,7 @@ def _register_lazily() -> None:
         _patches.inductor_neuron_compile_cache(module)
 
     _patches.after_import("torch._inductor.compile_fx", register_inductor)
+    # what torch.compiler.load_cache_artifacts loads serves neuron compiles too
+    _patches.after_import("torch.compiler._cache", lambda module: cache.keep_loaded_artifacts(module))
     # Dynamo's frame compiles are timed, and its recompile limit watched, from when Dynamo loads.
     _patches.after_import("torch._dynamo", stats.watch_dynamo)

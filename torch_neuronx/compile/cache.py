@@ -36,6 +36,19 @@ inside an entry publishes the entry again, with both programs).
   folder). A cache that cannot be created or written (read-only, full disk, a path through a file)
   means compiling without caching, with one warning per process.
 The work folders are in the system's temporary folder and are removed when the process exits.
+
+`torch.compiler.save_cache_artifacts()` after neuron compiles gives their AOTAutograd and FX-graph
+records, as for any device; `torch.compiler.load_cache_artifacts(...)` in another process (or on
+another machine) makes them serve neuron compiles too: each neuron compile that misses this cache
+starts its work folder with the loaded records, so AOTAutograd and Inductor skip tracing and
+lowering (the kernels are built from their sources, for this machine), and the entry it writes
+makes the next process warm (`keep_loaded_artifacts`).
+
+Inductor also probes, once per process, which vector instruction sets the host's compiler can build
+and load (a test library compiled and loaded in a child process per instruction set, about a
+second). During neuron compiles the outcomes are kept under TORCH_NEURONX_CACHE_DIR, keyed by the
+machine's instruction-set flags, the compiler and the torch version, so a warm process skips them
+(`remember_vec_isa_probes`).
 """
 from __future__ import annotations
 
@@ -45,6 +58,7 @@ import functools
 import hashlib
 import json
 import os
+import platform
 import shutil
 import tempfile
 import threading
@@ -240,6 +254,79 @@ def _work_folder() -> str:
     return work
 
 
+def _probe_file() -> str:
+    from torch._inductor import cpu_vec_isa
+    from torch._inductor.cpp_builder import get_cpp_compiler
+
+    identity = repr((platform.machine(), sorted(cpu_vec_isa.x86_isa_checker()), get_cpp_compiler(), torch.__version__))
+    return os.path.join(root(), "probes", f"vec-isa-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.json")
+
+
+def remember_vec_isa_probes() -> None:
+    """Inductor's VecISA.check_build (does a test library with this instruction set build and load?)
+    answers from the kept outcomes during a neuron compile, and keeps what it had to probe."""
+    from torch._inductor import cpu_vec_isa
+
+    original = cpu_vec_isa.VecISA.check_build
+    if getattr(original, "_neuron", False):
+        return
+
+    @functools.wraps(original)
+    def check_build(self, code: str) -> bool:
+        if not getattr(_state, "active", False):
+            return original(self, code)
+        key = f"{self} {hashlib.sha256(code.encode()).hexdigest()[:16]}"
+        path = _probe_file()
+        try:
+            with open(path) as f:
+                known = json.load(f)
+        except (OSError, ValueError):
+            known = {}
+        if isinstance(known.get(key), bool):
+            return known[key]
+        ok = original(self, code)
+        with contextlib.suppress(OSError):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            staging = f"{path}.{os.getpid()}.tmp"
+            with open(staging, "w") as f:
+                json.dump({**known, key: ok}, f)
+            os.replace(staging, path)
+        return ok
+
+    check_build._neuron = True
+    cpu_vec_isa.VecISA.check_build = check_build
+
+
+_loaded_artifacts: list = []  # what torch.compiler.load_cache_artifacts loaded in this process
+
+
+def keep_loaded_artifacts(cache_module) -> None:
+    """torch.compiler.load_cache_artifacts writes the records into Inductor's cache folder of the
+    moment; neuron compiles run in their own work folders, so the records are also kept here and
+    written into each work folder of a neuron compile that misses this cache."""
+    manager = cache_module.CacheArtifactManager
+    original = manager.populate_caches
+    if getattr(original, "_neuron", False):
+        return
+
+    @functools.wraps(original)
+    def populate_caches(artifacts):
+        if not getattr(_state, "active", False):
+            _loaded_artifacts.append(artifacts)
+        return original(artifacts)
+
+    populate_caches._neuron = True
+    manager.populate_caches = staticmethod(populate_caches)
+
+
+def _seed() -> None:
+    if _loaded_artifacts:
+        from torch.compiler._cache import CacheArtifactManager
+
+        for artifacts in list(_loaded_artifacts):
+            CacheArtifactManager.populate_caches(artifacts)
+
+
 def compile_with_cache(gm, example_inputs, options, compile_fn, graph: bool = True):
     """Runs compile_fn (Inductor on a neuron graph) with the neuron cache: the entry is restored
     into a private work folder, Inductor compiles there, and what it wrote becomes the entry.
@@ -260,6 +347,7 @@ def _compile_cached(gm, example_inputs, options, compile_fn):
     from torch._functorch import config as functorch_config
     from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
 
+    remember_vec_isa_probes()
     folder, entry = directory(), None
     try:
         os.makedirs(folder, exist_ok=True)
@@ -271,6 +359,8 @@ def _compile_cached(gm, example_inputs, options, compile_fn):
     _state.active = True
     try:
         with temporary_cache_dir(work), functorch_config.patch(force_non_lazy_backward_lowering=True):
+            if manifest is None:
+                _seed()
             compiled = compile_fn()
     finally:
         _state.active = False
