@@ -160,7 +160,8 @@ def main():
     with tempfile.TemporaryDirectory() as cache_dir:
         cold, cold_backend, cold_hits = first_step_seconds(cache_dir)
         warm, warm_backend, warm_hits = first_step_seconds(cache_dir)
-    print("first compiled training step in a fresh process: total (model build + Dynamo tracing + backend), "
+    print("first compiled training step in a fresh process, after the model is built: total (Dynamo tracing, "
+          "AOTAutograd, backend and the step), "
           "and the backend's compile alone")
     print(f"  cold (empty cache)   {cold:>7.2f} s total  {cold_backend:>7.2f} s backend  ({cold_hits} from cache)")
     print(f"  warm (disk cache)    {warm:>7.2f} s total  {warm_backend:>7.2f} s backend  ({warm_hits} from cache)")

@@ -283,12 +283,18 @@ def _generate_over_prompt_lengths(model, lengths, max_new_tokens=12, **kwargs):
 
 
 def test_static_cache_generate_shares_one_decode_program_across_prompt_lengths():
-    """The cache length is rounded up to a multiple of 256 tokens on neuron, within the model's
-    max_position_embeddings (64 here): prompts of 2 to 40 tokens use one cache length, so one decode
-    program (without the rounding: a program per length)."""
+    """The cache length is rounded up on neuron (to 64 here: prompt + 12 new tokens is 14 to 52):
+    prompts of 2 to 40 tokens use one cache length, so one decode program (without the rounding: a
+    program per length)."""
     s = _generate_over_prompt_lengths(_tiny_llama(torch.float32),
                                       (2, 9, 17, 40, 5))
     assert s["programs"] == 1 and s["recompiles"] == 0, s
+
+
+def test_static_cache_lengths_are_few():
+    from torch_neuronx._patches import static_cache_bucket
+
+    assert [static_cache_bucket(n) for n in (1, 64, 65, 129, 256, 257, 700)] == [64, 64, 128, 256, 256, 512, 768]
 
 
 def test_static_cache_generate_keeps_the_users_max_cache_len():

@@ -458,6 +458,15 @@ def inductor_flex_attention_neuron() -> None:
 
 
 STATIC_CACHE_BUCKET = 256
+
+
+def static_cache_bucket(length: int) -> int:
+    """The cache length generate allocates on neuron for `length` tokens: the next power of two from
+    64 up to STATIC_CACHE_BUCKET, then the next multiple of STATIC_CACHE_BUCKET. Few lengths (few
+    decode programs), and a short prompt does not attend over a long cache."""
+    if length > STATIC_CACHE_BUCKET:
+        return -(-length // STATIC_CACHE_BUCKET) * STATIC_CACHE_BUCKET
+    return max(64, 1 << (length - 1).bit_length())
 SLIDING_WINDOW_LENGTHS = r".*\.cumulative_length_int"
 
 
@@ -465,7 +474,7 @@ def generate_static_cache_programs() -> None:
     """transformers' generate with a static KV cache compiles its decode step with backend "neuron"
     and static shapes, which costs a decode program per cache length, and per step for a
     sliding-window cache until its window fills. On neuron:
-    - the cache length is rounded up to a multiple of STATIC_CACHE_BUCKET tokens (within the model's
+    - the cache length is rounded up (static_cache_bucket, within the model's
       max_position_embeddings), unless the user sets generation_config.max_cache_len: prompts of
       many lengths share one decode program;
     - a sliding-window layer's Python count of cached tokens (StaticSlidingWindowLayer.
@@ -484,7 +493,7 @@ def generate_static_cache_programs() -> None:
                           *args, **kwargs):
             if (self.device.type == "neuron" and generation_config.max_cache_len is None
                     and generation_config.cache_implementation in generation_utils.ALL_STATIC_CACHE_IMPLEMENTATIONS):
-                bucket = -(-max_cache_length // STATIC_CACHE_BUCKET) * STATIC_CACHE_BUCKET
+                bucket = static_cache_bucket(max_cache_length)
                 limit = getattr(self.config.get_text_config(decoder=True), "max_position_embeddings", None)
                 max_cache_length = min(bucket, max(max_cache_length, limit)) if isinstance(limit, int) else bucket
             return prepare(self, generation_config, model_kwargs, generation_mode, batch_size, max_cache_length,
