@@ -87,6 +87,34 @@ def main():
     cpu, neu = (3 * 4 * m / r[d] / 1e9 for d in ("cpu", "neuron"))
     print(f"{'add 16M fp32 GB/s':<26}{cpu:>10.1f}{neu:>10.1f}{neu / cpu:>8.2f}")
 
+    graph_replay()
+
+
+def small_loop(x, w):
+    y = x
+    for _ in range(100):  # 200 ops: a multiply-add and a tanh, on 256 elements
+        y = torch.tanh(torch.addcmul(y, y, w))
+    return y
+
+
+def graph_replay():
+    """A 200-op small-tensor loop: eager on CPU, eager on neuron, and neuron replaying a NeuronGraph."""
+    def make(device):
+        x, w = torch.randn(256, device=device), torch.randn(256, device=device) * 0.01
+        return lambda: small_loop(x, w)
+
+    r = compare(make, 20)
+    x, w = torch.randn(256, device="neuron"), torch.randn(256, device="neuron") * 0.01
+    small_loop(x, w)
+    g = torch.neuron.NeuronGraph()
+    with torch.neuron.graph(g):
+        small_loop(x, w)
+    replay = min(timed(g.replay, "neuron", 20) for _ in range(ROUNDS))
+    print("\n200-op small-tensor loop (µs per loop, lower is better)")
+    print(f"{'':<26}{'µs':>10}{'vs CPU':>8}")
+    for name, t in (("CPU eager", r["cpu"]), ("neuron eager", r["neuron"]), ("neuron graph replay", replay)):
+        print(f"{name:<26}{t * 1e6:>10.1f}{t / r['cpu']:>8.2f}")
+
 
 if __name__ == "__main__":
     main()

@@ -11,6 +11,13 @@ from . import _C
 from . import _device as _utils  # noqa: F401  (torch.serialization asks torch.neuron._utils)
 from . import random  # noqa: F401  (torch.neuron.random, as torch.cuda.random)
 from ._device import _get_device_index, device_index  # noqa: F401
+from .graphs import (  # noqa: F401  (re-exported as torch.neuron.*)
+    NeuronGraph,
+    graph,
+    graph_pool_handle,
+    is_current_stream_capturing,
+    make_graphed_callables,
+)
 from .multiprocessing import ipc_collect  # noqa: F401  (re-exported as torch.neuron.*)
 from .memory import (  # noqa: F401  (re-exported as torch.neuron.*)
     empty_cache,

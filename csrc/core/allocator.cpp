@@ -17,6 +17,9 @@
 // - Allocations made while a task runs (a kernel's own outputs) take a fresh segment, never a
 //   cached block: a block the host freed after queuing later work may still be used by that work.
 //   They never wait. Freed, they are cached like any block.
+// - While a stream captures a graph, its host allocations take fresh memory of the capture's
+//   pool, and blocks freed meanwhile, or freed later from that pool, are held until the graph is
+//   released (allocator.h: CapturePool).
 // - The host never touches a block's contents: copies and fills are tasks on the stream.
 #include "core/allocator.h"
 
@@ -43,6 +46,20 @@ constexpr size_t kMinLargeAlloc = 10 << 20;
 constexpr size_t kLargeSegment = 20 << 20;
 constexpr size_t kRoundLarge = 2 << 20;
 
+struct Block;
+
+}  // namespace
+
+struct CachingAllocator::CapturePool {
+  c10::StreamId stream;
+  bool alive = true;         // held blocks wait for release_capture_pool
+  std::vector<Block*> held;  // freed blocks whose addresses the graph's work may use
+};
+
+namespace {
+
+using CapturePool = CachingAllocator::CapturePool;
+
 struct Block {
   int device;
   c10::StreamId stream;
@@ -56,6 +73,7 @@ struct Block {
   Block* next = nullptr;
   std::set<c10::StreamId> uses;  // other streams that used it (record_stream)
   std::vector<std::unique_ptr<neuronrt::Event>> events;
+  std::shared_ptr<CapturePool> pool;  // a graph capture's, if it was allocated while one ran
 
   bool whole_segment() const { return !prev && !next; }
 };
@@ -99,7 +117,8 @@ struct DeviceState {
   Pool small, large;
   std::vector<Block*> pending;
   DeviceStats stats;
-  double fraction = 1.0;  // of the device's memory this process may reserve
+  double fraction = 1.0;                   // of the device's memory this process may reserve
+  std::shared_ptr<CapturePool> capturing;  // the pool of the capture in progress on this device
   Pool& pool(bool is_small) { return is_small ? small : large; }
 };
 
@@ -119,6 +138,13 @@ class Allocator final : public CachingAllocator {
     const bool small = size <= kSmallSize;
     auto& st = state(device);
     std::unique_lock<std::mutex> lock(st.mu);
+    if (st.capturing && st.capturing->stream == stream) {
+      lock.unlock();
+      c10::DataPtr fresh = allocate_fresh(device, stream, n);
+      lock.lock();
+      static_cast<Block*>(fresh.get_context())->pool = st.capturing;
+      return fresh;
+    }
     collect_pending_locked(st);
     Block* b = take_cached_locked(st, stream, size, small);
     if (!b) {
@@ -194,6 +220,13 @@ class Allocator final : public CachingAllocator {
       st.stats.requested_bytes[i].decrease(b->requested);
     });
     b->allocated = false;
+    if (b->pool && !b->pool->alive) b->pool.reset();
+    if (!b->pool && st.capturing) b->pool = st.capturing;  // the captured work may use it
+    if (b->pool) {
+      b->uses.clear();
+      b->pool->held.push_back(b);
+      return;
+    }
     if (!b->uses.empty() && !runtime_stopped()) {
       for (c10::StreamId s : b->uses) {
         auto ev = std::make_unique<neuronrt::Event>();
@@ -268,6 +301,34 @@ class Allocator final : public CachingAllocator {
   }
 
   bool owns(const c10::DataPtr& data_ptr) const override { return data_ptr.get_deleter() == &free_block; }
+
+  std::shared_ptr<CapturePool> begin_capture_pool(c10::DeviceIndex device, c10::StreamId stream) override {
+    auto& st = state(device);
+    std::lock_guard<std::mutex> lock(st.mu);
+    TORCH_CHECK(!st.capturing, "neuron: a graph is already being captured on neuron:", static_cast<int>(device),
+                "; one capture per device at a time");
+    st.capturing = std::make_shared<CapturePool>();
+    st.capturing->stream = stream;
+    return st.capturing;
+  }
+
+  std::shared_ptr<CapturePool> end_capture_pool(c10::DeviceIndex device) override {
+    auto& st = state(device);
+    std::lock_guard<std::mutex> lock(st.mu);
+    return std::move(st.capturing);
+  }
+
+  void release_capture_pool(c10::DeviceIndex device, const std::shared_ptr<CapturePool>& pool) override {
+    if (!pool || forked_child()) return;
+    auto& st = state(device);
+    std::lock_guard<std::mutex> lock(st.mu);
+    pool->alive = false;
+    for (Block* b : pool->held) {
+      b->pool.reset();
+      cache_locked(st, b);
+    }
+    pool->held.clear();
+  }
 
   void set_memory_fraction(double fraction, c10::DeviceIndex device) override {
     TORCH_CHECK(fraction >= 0.0 && fraction <= 1.0, "neuron: invalid memory fraction ", fraction,

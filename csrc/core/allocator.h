@@ -3,6 +3,8 @@
 
 #include <c10/core/CachingDeviceAllocator.h>
 
+#include <memory>
+
 namespace torch_neuronx {
 
 class CachingAllocator : public c10::DeviceAllocator {
@@ -20,6 +22,17 @@ class CachingAllocator : public c10::DeviceAllocator {
   // The share of `device`'s memory this process may reserve (torch.cuda's per-process fraction).
   virtual void set_memory_fraction(double fraction, c10::DeviceIndex device) = 0;
   virtual double memory_fraction(c10::DeviceIndex device) = 0;
+
+  // A graph capture's private memory (CUDA's graph pool). While `stream` of `device` captures,
+  // host allocations for it take fresh memory that belongs to the pool, and every block freed
+  // (the pool's, or any other the captured work may use) is held by the pool instead of cached:
+  // recorded work keeps addresses, so none of them may be handed out again while the graph lives.
+  // end_capture_pool stops the capture's claim; release_capture_pool (the graph's reset) caches
+  // what the pool held, once its replays are done.
+  struct CapturePool;
+  virtual std::shared_ptr<CapturePool> begin_capture_pool(c10::DeviceIndex device, c10::StreamId stream) = 0;
+  virtual std::shared_ptr<CapturePool> end_capture_pool(c10::DeviceIndex device) = 0;
+  virtual void release_capture_pool(c10::DeviceIndex device, const std::shared_ptr<CapturePool>& pool) = 0;
 };
 
 CachingAllocator& caching_allocator();

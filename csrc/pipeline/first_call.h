@@ -82,7 +82,8 @@ void ran_cleanly(Signature sig);
 // there and waits, so its error raises here (counted on the record as a first-call wait).
 template <class F>
 void launch_op(c10::DeviceIndex device, OpRecord& rec, Signature sig, F&& fn) {
-  if (known_signature(sig)) {
+  // A capture records the call for its replays: nothing runs now, so nothing to wait for.
+  if (known_signature(sig) || current_queue(device).capturing()) {
     launch(device, rec.name.c_str(), std::forward<F>(fn));
     return;
   }

@@ -25,11 +25,13 @@ using namespace torch_neuronx;
 
 namespace torch_neuronx {
 void init_distributed_bindings(py::module& m);  // csrc/distributed/bindings.cpp
-}
+void init_graph_bindings(py::module& m);        // csrc/python/graphs.cpp
+}  // namespace torch_neuronx
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch-neuronx native extension (software NeuronCore runtime)";
   init_distributed_bindings(m);
+  init_graph_bindings(m);
   register_compressed_sparse_ops();
 
   m.def("_device_count", [] { return device_count(); });
@@ -47,7 +49,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("_synchronize", [](int d) {
     const auto device = d < 0 ? current_device() : d;
     for (neuronrt::Queue* q : checked([&] { return runtime().queues_of(device); })) {
-      checked([&] { q->submit_gathered(); });
+      checked([&] {
+        q->refuse_while_capturing("synchronize");
+        q->submit_gathered();
+      });
       const uint64_t seq = q->last_submitted();
       for (;;) {
         bool done;

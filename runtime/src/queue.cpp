@@ -216,6 +216,94 @@ void Queue::submit_gathered() {
   if (open != nullptr && open->queue == this) open->close();
 }
 
+struct Queue::Graph {
+  std::vector<Gathered> tasks;
+  std::string invalid;  // why the capture failed, if it did
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  ~Graph() {
+    for (auto& t : tasks) t.destroy(t.fn);
+  }
+};
+
+struct Queue::ReplayTask {
+  std::shared_ptr<Graph> graph;
+
+  void operator()() {
+    const bool timing = g_timing.load(std::memory_order_relaxed);
+    for (auto& t : graph->tasks) {
+      const int64_t start = timing ? now_ns() : 0;
+      try {
+        t.call(t.fn);
+      } catch (...) {
+        tls_failed_task = t.name;  // the replay's error names the task that failed
+        throw;
+      }
+      if (timing) add_time(t.name, now_ns() - start);
+    }
+  }
+};
+
+void Queue::begin_capture() {
+  std::lock_guard<std::mutex> lock(capture_mu_);
+  if (capture_) throw CaptureError("neuron: " + opts_.name + " is already capturing a graph");
+  submit_gathered();  // a program the calling thread has open runs before the capture, not inside it
+  capture_ = std::make_shared<Graph>();
+  capturing_.store(true, std::memory_order_release);
+}
+
+std::shared_ptr<Queue::Graph> Queue::end_capture() {
+  std::shared_ptr<Graph> graph;
+  {
+    std::lock_guard<std::mutex> lock(capture_mu_);
+    if (!capture_) throw CaptureError("neuron: " + opts_.name + " is not capturing a graph");
+    capturing_.store(false, std::memory_order_release);
+    graph = std::move(capture_);
+  }
+  if (!graph->invalid.empty()) {
+    throw CaptureError("neuron: the capture on " + opts_.name + " was invalidated by an operation not permitted " +
+                       "while capturing (" + graph->invalid + "); nothing was recorded");
+  }
+  return graph;
+}
+
+void Queue::record(Gathered g) {
+  std::lock_guard<std::mutex> lock(capture_mu_);
+  if (!capture_) {  // the capture ended between the check and here: it runs as any task
+    struct Owned {
+      Gathered g;
+      explicit Owned(Gathered x) : g(x) {}
+      Owned(Owned&& o) noexcept : g(o.g) { o.g.fn = nullptr; }
+      Owned(const Owned&) = delete;
+      ~Owned() {
+        if (g.fn != nullptr) g.destroy(g.fn);
+      }
+      void operator()() { g.call(g.fn); }
+    };
+    submit_now(g.name, Owned(g));
+    return;
+  }
+  capture_->tasks.push_back(g);
+}
+
+void Queue::refuse_while_capturing(const char* what) {
+  if (!capturing_.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lock(capture_mu_);
+  if (!capture_) return;
+  if (capture_->invalid.empty()) capture_->invalid = what;
+  throw CaptureError(std::string("neuron: operation not permitted when stream is capturing: ") + what + " on " +
+                     opts_.name + " would wait for work that is only being recorded. End the capture first; the " +
+                     "capture is invalidated");
+}
+
+uint64_t Queue::replay(const std::shared_ptr<Graph>& graph, const char* name) {
+  if (!graph) throw std::invalid_argument("neuron: replay of an empty graph");
+  return submit(name, ReplayTask{graph});
+}
+
+size_t Queue::task_count(const Graph& graph) { return graph.tasks.size(); }
+
 void Queue::set_thread_init_hook(std::function<void()> hook) { thread_init_hook() = std::move(hook); }
 
 Queue* Queue::current() { return tls_current; }
@@ -289,6 +377,7 @@ uint64_t Queue::publish_locked(std::unique_lock<std::mutex>& lock) {
 }
 
 void Queue::run_sync(const char* name, const std::function<void()>& fn) {
+  refuse_while_capturing(name);
   std::exception_ptr own;
   submit_gathered();
   // The task runs while this frame waits for it, so it may hold references into the frame.
@@ -425,12 +514,14 @@ bool Queue::wait_for(uint64_t seq, std::chrono::microseconds timeout) const {
 }
 
 void Queue::synchronize() {
+  refuse_while_capturing("synchronize");
   submit_gathered();
   wait_for(last_submitted());
   raise_pending_error();
 }
 
 bool Queue::query() {
+  refuse_while_capturing("query");
   submit_gathered();
   return is_complete(last_submitted());
 }
@@ -438,6 +529,14 @@ bool Queue::query() {
 void Event::record(Queue& queue) {
   auto stamp = std::make_shared<std::atomic<int64_t>>(0);
   const bool timing = timing_;
+  if (queue.capturing()) {
+    // Recorded work has no queue position until a replay: the event marks what came before the
+    // capture (the autograd engine and stream hand-offs record events inside captured regions).
+    queue_ = &queue;
+    seq_ = queue.last_submitted();
+    stamp_ns_ = std::make_shared<std::atomic<int64_t>>(0);
+    return;
+  }
   queue.submit_gathered();
   seq_ = queue.submit_now("event_record", [stamp, timing] {
     if (timing) stamp->store(now_ns(), std::memory_order_release);

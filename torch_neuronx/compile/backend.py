@@ -20,6 +20,8 @@ How a graph becomes a neuron program:
    shapes/dtypes/strides, the compiler versions and flags, and the device profile
    (compile/cache.py); a second process compiling the same model starts warm.
 
+`mode="reduce-overhead"` replays each program from a NeuronGraph (compile/graphed.py).
+
 Every compile, cache hit, recompile (with its reason) and graph break is counted:
 `torch_neuronx.compile_stats()`; `TORCH_NEURONX_LOG=compile` prints a line per compile.
 """
@@ -29,7 +31,7 @@ import warnings
 
 import torch
 
-from . import cache, per_shape, stats
+from . import cache, graphed, per_shape, stats
 
 _warned_modes: set = set()
 
@@ -53,16 +55,17 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = 
     """The Dynamo backend "neuron"."""
     from . import inductor
 
-    if mode and mode != "default" and mode not in _warned_modes:
+    if mode and mode not in ("default", "reduce-overhead") and mode not in _warned_modes:
         _warned_modes.add(mode)
-        warnings.warn(f"neuron: torch.compile mode={mode!r} has no separate meaning on neuron (there are no CUDA "
-                      "graphs and programs are already one static launch sequence); compiling as mode='default'",
-                      stacklevel=2)
+        warnings.warn(f"neuron: torch.compile mode={mode!r} has no separate meaning on neuron (programs are "
+                      "already one static launch sequence); compiling as mode='default'", stacklevel=2)
     inductor.register()
     if any(_symbolic(x) for x in example_inputs):
         stats.graph_received(gm)  # its programs are counted as each signature compiles
-        return per_shape.PerShape(gm, example_inputs, lambda g, inputs: _compile(g, inputs, options, graph=False))
-    return _compile(gm, example_inputs, options, graph=True)
+        program = per_shape.PerShape(gm, example_inputs, lambda g, inputs: _compile(g, inputs, options, graph=False))
+    else:
+        program = _compile(gm, example_inputs, options, graph=True)
+    return graphed.Graphed(program) if mode == "reduce-overhead" else program
 
 
 neuron_backend.__name__ = "neuron"

@@ -22,6 +22,13 @@ using Task = std::function<void()>;
 
 // Raised at a synchronizing call for a task that failed earlier on a queue. `what()` names the
 // task and the queue; `cause()` is the task's own exception, so a caller can keep its kind.
+// Raised by what a capturing queue cannot do (wait for its work, or record an event), as CUDA's
+// "operation not permitted when stream is capturing".
+class CaptureError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class TaskError : public std::runtime_error {
  public:
   TaskError(const std::string& what, std::exception_ptr cause) : std::runtime_error(what), cause_(std::move(cause)) {}
@@ -58,6 +65,12 @@ class Queue {
   // call raises.
   template <class F>
   uint64_t submit(const char* name, F&& fn) {
+    if (capturing_.load(std::memory_order_acquire)) {
+      using T = std::decay_t<F>;
+      record({new T(std::forward<F>(fn)), [](void* q) { (*static_cast<T*>(q))(); },
+              [](void* q) { delete static_cast<T*>(q); }, name});
+      return 0;
+    }
     if (Program* p = program(); p != nullptr && p->queue == this) {
       p->add(name, std::forward<F>(fn));
       return 0;
@@ -77,6 +90,23 @@ class Queue {
   void end_program();
   // Closes the calling thread's run in progress on this queue (nothing if there is none).
   void submit_gathered();
+
+  // Stream capture, as CUDA's: between begin_capture and end_capture every task submitted to this
+  // queue, from any thread, is recorded instead of run (submit returns 0). A graph's tasks stay
+  // alive with it and run again at each replay, which queues them as ONE task. Whatever would wait
+  // for the queue while it captures (run_sync, synchronize, query) raises CaptureError and
+  // invalidates the capture (an event recorded meanwhile marks the work before the capture): end_capture then raises
+  // too, and the queue runs as before. The memory a graph's tasks read and write must outlive it (the torch layer's
+  // capture pool keeps it).
+  struct Graph;
+  void begin_capture();
+  std::shared_ptr<Graph> end_capture();
+  bool capturing() const { return capturing_.load(std::memory_order_acquire); }
+  uint64_t replay(const std::shared_ptr<Graph>& graph, const char* name);
+  static size_t task_count(const Graph& graph);
+  // Raises CaptureError (and invalidates the capture) if this queue is capturing: for a caller
+  // about to wait for it.
+  void refuse_while_capturing(const char* what);
 
   // Runs `fn` as the queue's next task and waits for it: for work whose results the host needs
   // at once. Like every task it runs in queue order, so no other task of this queue overlaps it,
@@ -182,6 +212,8 @@ class Queue {
   void worker_loop();
   void run_task(Slot& slot, uint64_t seq);
   void record_error(uint64_t seq, const char* name, std::exception_ptr error);
+  void record(Gathered g);  // a task submitted while capturing
+  struct ReplayTask;
   void raise_error_locked(std::unique_lock<std::mutex>& lock);
   void finish_one(uint64_t seq);
 
@@ -202,6 +234,9 @@ class Queue {
   std::atomic<int64_t> busy_since_ns_{-1};  // the current busy period's start, -1 when idle
   mutable std::atomic<int> waiters_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> capturing_{false};
+  std::mutex capture_mu_;
+  std::shared_ptr<Graph> capture_;  // under capture_mu_
   // The first failure not yet raised: its task's sequence number, name and exception.
   uint64_t error_seq_ = 0;
   std::string error_what_;
