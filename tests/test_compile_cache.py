@@ -176,7 +176,8 @@ def test_a_cache_smaller_than_one_entry_keeps_none_and_compiles(tmp_path):
     env = {"TORCH_NEURONX_CACHE_DIR": str(tmp_path), "TORCH_NEURONX_CACHE_SIZE": "1KiB"}
     for _ in range(2):
         assert _compile({**env, "SHAPES": "3,5"}) == ("0 2", [])
-        assert _files(tmp_path) == []  # entries go whole: no file of one is left behind
+        # entries go whole: no file of one is left behind (the kept vector-ISA probes are no entry)
+        assert [f for f in _files(tmp_path) if os.path.relpath(f, tmp_path).split(os.sep)[0] != "probes"] == []
 
 
 def test_the_default_backend_on_neuron_uses_the_cache(tmp_path):
