@@ -99,6 +99,17 @@ def test_a_changing_length_recompiles_once_then_specializes_per_shape():
     assert s["compile_seconds"] > 0
 
 
+def test_an_integer_that_sizes_no_tensor_stays_an_argument_of_its_program():
+    def shifted(x, k: int):
+        return x * 2 + torch.arange(k, k + x.shape[0], device=x.device)  # k moves values, not shapes
+
+    compiled = torch.compile(shifted, backend="neuron", dynamic=True)
+    for n, k in [(4, 1), (4, 2), (4, 9), (6, 3), (4, 5)]:
+        x = torch.randn(n)
+        torch.testing.assert_close(compiled(x.to(N), k).cpu(), shifted(x, k))
+    assert torch_neuronx.compile_stats()["programs"] == 2  # one per length, whatever k is
+
+
 @pytest.mark.parametrize("how", ["dynamic=True", "mark_dynamic"])
 def test_symbolic_graphs_train_as_a_static_program_per_shape(how):
     eager = mlp().to(N)

@@ -269,22 +269,25 @@ std::shared_ptr<Queue::Graph> Queue::end_capture() {
 }
 
 void Queue::record(Gathered g) {
-  std::lock_guard<std::mutex> lock(capture_mu_);
-  if (!capture_) {  // the capture ended between the check and here: it runs as any task
-    struct Owned {
-      Gathered g;
-      explicit Owned(Gathered x) : g(x) {}
-      Owned(Owned&& o) noexcept : g(o.g) { o.g.fn = nullptr; }
-      Owned(const Owned&) = delete;
-      ~Owned() {
-        if (g.fn != nullptr) g.destroy(g.fn);
-      }
-      void operator()() { g.call(g.fn); }
-    };
-    submit_now(g.name, Owned(g));
-    return;
+  {
+    std::lock_guard<std::mutex> lock(capture_mu_);
+    if (capture_) {
+      capture_->tasks.push_back(g);
+      return;
+    }
   }
-  capture_->tasks.push_back(g);
+  // The capture ended between the check and here: the task runs as any other.
+  struct Owned {
+    Gathered g;
+    explicit Owned(Gathered x) : g(x) {}
+    Owned(Owned&& o) noexcept : g(o.g) { o.g.fn = nullptr; }
+    Owned(const Owned&) = delete;
+    ~Owned() {
+      if (g.fn != nullptr) g.destroy(g.fn);
+    }
+    void operator()() { g.call(g.fn); }
+  };
+  submit_now(g.name, Owned(g));
 }
 
 void Queue::refuse_while_capturing(const char* what) {

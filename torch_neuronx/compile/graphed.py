@@ -3,8 +3,8 @@ NeuronGraph (torch_neuronx/graphs.py), as CUDA's mode replays CUDA graphs.
 
 Per input signature, the first call runs the program (its ops' first calls check themselves), the
 second captures it — on parameters and static buffers (a static KV cache) in place, on copies of
-its other tensors — and every call from then on copies its tensors into the graph's and replays: the program's kernel
-launches and buffer allocations are recorded once, and a replay is one task. An input the program
+its other tensors — and every call from then on copies its tensors into the graph's and replays:
+the program's kernel launches and buffer allocations are recorded once, and a replay is one task. An input the program
 mutates is copied back after the replay. Outputs are returned as copies, so a later replay never
 changes a result already returned. Calls that need autograd (an input requires grad) and calls
 made while a capture is in progress run the program as it is.

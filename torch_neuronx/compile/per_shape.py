@@ -92,16 +92,17 @@ class PerShape:
 
         env = ShapeEnv()
         mode = FakeTensorMode(shape_env=env)
-        inputs = []
+        inputs, own = [], {}
         for i, a in enumerate(args):
             if i in self.value_only:
                 a = env.create_unspecified_symint_and_symbol(a, ConstantSource(f"sym_{i}"), DimDynamic.DYNAMIC)
+                own[a.node.expr] = i
             elif isinstance(a, torch.Tensor):
                 a = mode.from_tensor(a, static_shapes=True)
             inputs.append(a)
         fn = self.compile_fn(self.gm, inputs)
         # AOTAutograd makes the other integer inputs symbols too, named as these are: sym_<input index>.
-        symbols = {}
+        symbols = dict(own)
         for sym, sources in env.var_to_sources.items():
             for source in sources:
                 name = getattr(source, "source_name", "")
@@ -111,6 +112,7 @@ class PerShape:
         # expression) holds only where the replacement does.
         guards = [g.expr for g in env.guards]
         guards += [sympy.Eq(sym, env.replacements[sym]) for sym in symbols if sym in env.replacements]
-        if any(not g.free_symbols <= symbols.keys() for g in guards):  # a guard this cannot check: exact values
-            guards = [sympy.Eq(sym, args[i]) for sym, i in symbols.items()]
+        if any(not g.free_symbols <= symbols.keys() for g in guards):  # one this cannot check: exact values
+            symbols = own
+            guards = [sympy.Eq(sym, args[i]) for sym, i in own.items()]
         return _Program(fn, guards, {i: sym for sym, i in symbols.items()})
