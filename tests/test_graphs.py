@@ -125,7 +125,8 @@ def test_make_graphed_callables_trains_like_eager():
         graphed(torch.randn(3, 16, device=N))
 
 
-def test_reduce_overhead_replays_the_compiled_program_without_warning():
+@pytest.mark.parametrize("backend", ["neuron", "inductor"])
+def test_reduce_overhead_replays_the_compiled_program_without_warning(backend):
     import warnings
 
     torch._dynamo.reset()
@@ -133,7 +134,7 @@ def test_reduce_overhead_replays_the_compiled_program_without_warning():
     m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).to(N)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
-        compiled = torch.compile(m, backend="neuron", mode="reduce-overhead")
+        compiled = torch.compile(m, backend=backend, mode="reduce-overhead")
         with torch.no_grad():
             xs = [torch.randn(5, 8, device=N) for _ in range(5)]
             results = [compiled(x) for x in xs[:3]]  # compile, warm-up, capture

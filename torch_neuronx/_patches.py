@@ -321,7 +321,8 @@ def inductor_neuron_compile_cache(compile_fx_module) -> None:
     verified, evicted whole). torch._inductor.compile_fx.compile_fx is the default backend's entry
     (torch.compile's Inductor wrapper and Dynamo's "inductor" backend import it at each call): a
     graph whose inputs are on neuron is compiled with the neuron cache, as the "neuron" backend's
-    graphs are; any other graph goes through unchanged, with Inductor's own cache."""
+    graphs are, and replayed from a NeuronGraph in mode "reduce-overhead" (Inductor's CUDA graphs
+    apply to CUDA only); any other graph goes through unchanged, with Inductor's own cache."""
 
     original = compile_fx_module.compile_fx
     if getattr(original, "_neuron", False):
@@ -331,10 +332,18 @@ def inductor_neuron_compile_cache(compile_fx_module) -> None:
     def compile_fx(model_, example_inputs_, *args, **kwargs):
         if not any(isinstance(x, torch.Tensor) and x.device.type == "neuron" for x in example_inputs_):
             return original(model_, example_inputs_, *args, **kwargs)
-        from .compile import cache
+        from torch._inductor import config
 
-        return cache.compile_with_cache(model_, example_inputs_, kwargs.get("config_patches"),
-                                        lambda: original(model_, example_inputs_, *args, **kwargs))
+        from .compile import cache, graphed
+
+        outermost = not getattr(cache._state, "active", False)  # compile_fx calls itself with its patches
+        patches = kwargs.get("config_patches") or {}
+        compiled = cache.compile_with_cache(model_, example_inputs_, patches,
+                                            lambda: original(model_, example_inputs_, *args, **kwargs))
+        # mode="reduce-overhead" asks Inductor for CUDA graphs, which it skips off CUDA: NeuronGraph instead
+        if outermost and patches.get("triton.cudagraphs", config.triton.cudagraphs):
+            return graphed.Graphed(compiled)
+        return compiled
 
     compile_fx._neuron = True
     compile_fx_module.compile_fx = compile_fx
