@@ -154,20 +154,20 @@ def test_the_recompile_limit_is_counted_and_said():
     assert s["recompile_limit_hits"] == 1 and s["graphs_compiled"] == 2
 
 
-def _llama(layers=2, **kw):
+def _tiny_llama(dtype=torch.float32, layers=2):
     import transformers
 
     cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, **kw)
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
     torch.manual_seed(0)
-    return transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    return transformers.AutoModelForCausalLM.from_config(cfg).eval().to(dtype)
 
 
 LENGTHS = (5, 9, 12, 17, 3, 21, 8, 30, 14, 25, 6, 11)
 
 
 def test_a_hf_model_over_twelve_lengths_never_reaches_the_recompile_limit():
-    model = _llama(layers=1)
+    model = _tiny_llama(layers=1)
     compiled = torch.compile(copy_to_neuron(model), backend="neuron")
     g = torch.Generator().manual_seed(2)
     with torch.no_grad():
@@ -180,7 +180,7 @@ def test_a_hf_model_over_twelve_lengths_never_reaches_the_recompile_limit():
 
 
 def test_the_default_backend_compiles_a_hf_model_with_dynamic_true():
-    model = _llama()
+    model = _tiny_llama()
     compiled = torch.compile(copy_to_neuron(model), dynamic=True)  # Inductor's dynamic kernels on neuron
     g = torch.Generator().manual_seed(3)
     with torch.no_grad():
@@ -254,15 +254,6 @@ def test_compiled_training_step_matches_eager():
 
     torch.testing.assert_close(train(True), train(False), rtol=1e-4, atol=1e-4)
     assert torch_neuronx.compile_stats()["recompiles"] == 0
-
-
-def _tiny_llama(dtype):
-    import transformers
-
-    cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    torch.manual_seed(0)
-    return transformers.AutoModelForCausalLM.from_config(cfg).eval().to(dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -124,14 +124,9 @@ def inductor_cpu_like_neuron() -> None:
         return original("cpu" if device_type == "neuron" else device_type)
 
     current_backend._neuron = True
-
-    def rebind(module):
-        if getattr(module, "get_current_backend", None) is original:
-            module.get_current_backend = current_backend
-
     for name in ("torch._inductor.utils", "torch._inductor.codegen.common", "torch._inductor.scheduler",
                  "torch._inductor.kernel.mm_common"):
-        after_import(name, rebind)
+        after_import(name, lambda m: _rebind(original, current_backend, {m.__name__: ["get_current_backend"]}))
 
 
 def _rebind(original, replacement, modules: dict) -> None:
@@ -336,7 +331,7 @@ def inductor_neuron_compile_cache(compile_fx_module) -> None:
 
         from .compile import cache, graphed
 
-        outermost = not getattr(cache._state, "active", False)  # compile_fx calls itself with its patches
+        outermost = not cache.compiling()  # compile_fx calls itself with its patches
         patches = kwargs.get("config_patches") or {}
         compiled = cache.compile_with_cache(model_, example_inputs_, patches,
                                             lambda: original(model_, example_inputs_, *args, **kwargs))
@@ -476,6 +471,8 @@ def static_cache_bucket(length: int) -> int:
     if length > STATIC_CACHE_BUCKET:
         return -(-length // STATIC_CACHE_BUCKET) * STATIC_CACHE_BUCKET
     return max(64, 1 << (length - 1).bit_length())
+
+
 SLIDING_WINDOW_LENGTHS = r".*\.cumulative_length_int"
 
 

@@ -69,8 +69,7 @@ class NeuronGraph:
         if self._graph is None:
             return
         graph, self._graph = self._graph, None
-        with torch.neuron.device(graph.device):
-            torch.neuron.synchronize()  # replays in flight still use the pool's memory
+        torch.neuron.synchronize(graph.device)  # replays in flight still use the pool's memory
         graph.release()
 
     def pool(self) -> tuple:

@@ -139,10 +139,10 @@ class Allocator final : public CachingAllocator {
     auto& st = state(device);
     std::unique_lock<std::mutex> lock(st.mu);
     if (st.capturing && st.capturing->stream == stream) {
+      std::shared_ptr<CapturePool> pool = st.capturing;
       lock.unlock();
       c10::DataPtr fresh = allocate_fresh(device, stream, n);
-      lock.lock();
-      static_cast<Block*>(fresh.get_context())->pool = st.capturing;
+      static_cast<Block*>(fresh.get_context())->pool = std::move(pool);  // the block is ours alone yet
       return fresh;
     }
     collect_pending_locked(st);
@@ -302,14 +302,13 @@ class Allocator final : public CachingAllocator {
 
   bool owns(const c10::DataPtr& data_ptr) const override { return data_ptr.get_deleter() == &free_block; }
 
-  std::shared_ptr<CapturePool> begin_capture_pool(c10::DeviceIndex device, c10::StreamId stream) override {
+  void begin_capture_pool(c10::DeviceIndex device, c10::StreamId stream) override {
     auto& st = state(device);
     std::lock_guard<std::mutex> lock(st.mu);
     TORCH_CHECK(!st.capturing, "neuron: a graph is already being captured on neuron:", static_cast<int>(device),
                 "; one capture per device at a time");
     st.capturing = std::make_shared<CapturePool>();
     st.capturing->stream = stream;
-    return st.capturing;
   }
 
   std::shared_ptr<CapturePool> end_capture_pool(c10::DeviceIndex device) override {

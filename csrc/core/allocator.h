@@ -30,7 +30,7 @@ class CachingAllocator : public c10::DeviceAllocator {
   // end_capture_pool stops the capture's claim; release_capture_pool (the graph's reset) caches
   // what the pool held, once its replays are done.
   struct CapturePool;
-  virtual std::shared_ptr<CapturePool> begin_capture_pool(c10::DeviceIndex device, c10::StreamId stream) = 0;
+  virtual void begin_capture_pool(c10::DeviceIndex device, c10::StreamId stream) = 0;
   virtual std::shared_ptr<CapturePool> end_capture_pool(c10::DeviceIndex device) = 0;
   virtual void release_capture_pool(c10::DeviceIndex device, const std::shared_ptr<CapturePool>& pool) = 0;
 };

@@ -91,6 +91,17 @@ void add_time(const char* name, int64_t took) {
 }
 }  // namespace
 
+void Queue::Gathered::run(bool timing) const {
+  const int64_t start = timing ? now_ns() : 0;
+  try {
+    call(fn);
+  } catch (...) {
+    tls_failed_task = name;
+    throw;
+  }
+  if (timing) add_time(name, now_ns() - start);
+}
+
 struct Queue::Segment {
   Queue* queue = nullptr;
   std::mutex mu;
@@ -130,25 +141,18 @@ struct Queue::ProgramTask {
   void operator()() {
     const bool timing = g_timing.load(std::memory_order_relaxed);
     std::exception_ptr failure;
-    const char* failed = nullptr;
     Gathered t{};
     for (size_t taken = 0; take(&t, taken); ++taken) {
       if (!failure) {  // after a failure the rest of the run is dropped
-        const int64_t start = timing ? now_ns() : 0;
         try {
-          t.call(t.fn);
+          t.run(timing);
         } catch (...) {
           failure = std::current_exception();
-          failed = t.name;
         }
-        if (timing && !failure) add_time(t.name, now_ns() - start);
       }
       t.destroy(t.fn);
     }
-    if (failure) {
-      tls_failed_task = failed;
-      std::rethrow_exception(failure);
-    }
+    if (failure) std::rethrow_exception(failure);
   }
 };
 
@@ -232,16 +236,7 @@ struct Queue::ReplayTask {
 
   void operator()() {
     const bool timing = g_timing.load(std::memory_order_relaxed);
-    for (auto& t : graph->tasks) {
-      const int64_t start = timing ? now_ns() : 0;
-      try {
-        t.call(t.fn);
-      } catch (...) {
-        tls_failed_task = t.name;  // the replay's error names the task that failed
-        throw;
-      }
-      if (timing) add_time(t.name, now_ns() - start);
-    }
+    for (const auto& t : graph->tasks) t.run(timing);
   }
 };
 
@@ -276,18 +271,10 @@ void Queue::record(Gathered g) {
       return;
     }
   }
-  // The capture ended between the check and here: the task runs as any other.
-  struct Owned {
-    Gathered g;
-    explicit Owned(Gathered x) : g(x) {}
-    Owned(Owned&& o) noexcept : g(o.g) { o.g.fn = nullptr; }
-    Owned(const Owned&) = delete;
-    ~Owned() {
-      if (g.fn != nullptr) g.destroy(g.fn);
-    }
-    void operator()() { g.call(g.fn); }
-  };
-  submit_now(g.name, Owned(g));
+  // The capture ended between the check and here: the task runs as any other, and its captures
+  // go with the queue task.
+  std::shared_ptr<void> fn(g.fn, g.destroy);
+  submit_now(g.name, [fn, call = g.call] { call(fn.get()); });
 }
 
 void Queue::refuse_while_capturing(const char* what) {
@@ -537,7 +524,7 @@ void Event::record(Queue& queue) {
     // capture (the autograd engine and stream hand-offs record events inside captured regions).
     queue_ = &queue;
     seq_ = queue.last_submitted();
-    stamp_ns_ = std::make_shared<std::atomic<int64_t>>(0);
+    stamp_ns_ = std::move(stamp);
     return;
   }
   queue.submit_gathered();

@@ -254,12 +254,22 @@ def _work_folder() -> str:
     return work
 
 
-def _probe_file() -> str:
+def compiling() -> bool:
+    """Whether this thread is inside a neuron compile (its work folder is Inductor's cache)."""
+    return getattr(_state, "active", False)
+
+
+@functools.cache  # the machine, its compiler and torch do not change within a process
+def _host_identity() -> str:
     from torch._inductor import cpu_vec_isa
     from torch._inductor.cpp_builder import get_cpp_compiler
 
     identity = repr((platform.machine(), sorted(cpu_vec_isa.x86_isa_checker()), get_cpp_compiler(), torch.__version__))
-    return os.path.join(root(), "probes", f"vec-isa-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.json")
+    return hashlib.sha256(identity.encode()).hexdigest()[:16]
+
+
+def _probe_file() -> str:
+    return os.path.join(root(), "probes", f"vec-isa-{_host_identity()}.json")
 
 
 def remember_vec_isa_probes() -> None:
@@ -273,7 +283,7 @@ def remember_vec_isa_probes() -> None:
 
     @functools.wraps(original)
     def check_build(self, code: str) -> bool:
-        if not getattr(_state, "active", False):
+        if not compiling():
             return original(self, code)
         key = f"{self} {hashlib.sha256(code.encode()).hexdigest()[:16]}"
         path = _probe_file()
@@ -311,7 +321,7 @@ def keep_loaded_artifacts(cache_module) -> None:
 
     @functools.wraps(original)
     def populate_caches(artifacts):
-        if not getattr(_state, "active", False):
+        if not compiling():
             _loaded_artifacts.append(artifacts)
         return original(artifacts)
 
@@ -323,7 +333,7 @@ def _seed() -> None:
     if _loaded_artifacts:
         from torch.compiler._cache import CacheArtifactManager
 
-        for artifacts in list(_loaded_artifacts):
+        for artifacts in _loaded_artifacts:
             CacheArtifactManager.populate_caches(artifacts)
 
 
@@ -332,7 +342,7 @@ def compile_with_cache(gm, example_inputs, options, compile_fn, graph: bool = Tr
     into a private work folder, Inductor compiles there, and what it wrote becomes the entry.
     `graph`: the compile is of a graph Dynamo just traced (False: a static program specialized
     from a symbolic graph already counted)."""
-    if getattr(_state, "active", False):
+    if compiling():
         return compile_fn()  # a nested compile of the same graph
     record = stats.begin_compile(gm, graph)
     try:

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import torch
 
-
-def _signature(args) -> tuple:
-    return tuple((tuple(a.shape), tuple(a.stride()), a.dtype, a.device) if isinstance(a, torch.Tensor) else a
-                 for a in args)
+from .per_shape import signature
 
 
 def _static_address(t: torch.Tensor) -> bool:
@@ -54,18 +51,16 @@ class Graphed:
     def __init__(self, program):
         self.program = program
         self.captured: dict = {}  # signature -> None (warmed up) or _Captured
-        self.replays = 0
 
     def __call__(self, *args):
         if (torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)) or \
                 torch.neuron.is_current_stream_capturing():
             return self.program(*args)
-        key = _signature(args)
+        key = signature(args, value_only=())
         if key not in self.captured:
             self.captured[key] = None
             return self.program(*args)
         entry = self.captured[key]
         if entry is None:
             entry = self.captured[key] = _Captured(self.program, args)
-        self.replays += 1
         return entry.run(list(args))

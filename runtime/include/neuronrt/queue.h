@@ -20,15 +20,15 @@ namespace neuronrt {
 
 using Task = std::function<void()>;
 
-// Raised at a synchronizing call for a task that failed earlier on a queue. `what()` names the
-// task and the queue; `cause()` is the task's own exception, so a caller can keep its kind.
-// Raised by what a capturing queue cannot do (wait for its work, or record an event), as CUDA's
-// "operation not permitted when stream is capturing".
+// Raised by what a capturing queue cannot do (wait for its work), as CUDA's "operation not
+// permitted when stream is capturing".
 class CaptureError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
+// Raised at a synchronizing call for a task that failed earlier on a queue. `what()` names the
+// task and the queue; `cause()` is the task's own exception, so a caller can keep its kind.
 class TaskError : public std::runtime_error {
  public:
   TaskError(const std::string& what, std::exception_ptr cause) : std::runtime_error(what), cause_(std::move(cause)) {}
@@ -162,6 +162,9 @@ class Queue {
     void (*call)(void*);
     void (*destroy)(void*);
     const char* name;
+    // Calls the task (timed when task timing is on); if it throws, the error of the one queue
+    // task it runs in names it.
+    void run(bool timing) const;
   };
   struct Segment;  // the tasks of one program run, shared with the worker running them
   struct Program {
