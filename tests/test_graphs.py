@@ -1,6 +1,9 @@
 """Graph capture on neuron (torch.neuron.NeuronGraph, torch.neuron.graph, make_graphed_callables,
 torch.compile mode="reduce-overhead"): replays equal eager on CPU-checked results, a replay is one
 task, capture errors are CUDA's and leave the stream usable, and a graph's memory is its own."""
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -166,3 +169,18 @@ def test_reduce_overhead_writes_an_input_the_program_mutates_back():
         torch.testing.assert_close(buf.cpu(), want)
         torch.testing.assert_close(out.cpu(), want * 2)
     torch._dynamo.reset()
+
+
+def test_a_graph_alive_at_interpreter_exit_goes_quietly():
+    # Globals are torn down at exit before the graph's __del__ runs.
+    code = ("import torch, torch_neuronx\n"
+            "x = torch.ones(4, device='neuron')\n"
+            "g = torch.neuron.NeuronGraph()\n"
+            "with torch.neuron.graph(g):\n"
+            "    y = x * 2\n"
+            "g.replay()\n"
+            "print(y.sum().item())\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "8.0"
+    assert "Exception ignored" not in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -83,11 +83,12 @@ class NeuronGraph:
         return self._graph.tasks if self._graph is not None else 0
 
     def __del__(self):
-        if self._graph is not None and not is_current_stream_capturing():
-            try:
+        # At interpreter shutdown the module's globals (even _C's functions) may already be None.
+        try:
+            if self._graph is not None and not is_current_stream_capturing():
                 self.reset()
-            except Exception:  # noqa: BLE001  (interpreter shutdown: the runtime may be gone)
-                pass
+        except Exception:  # noqa: BLE001
+            pass
 
 
 class graph:
