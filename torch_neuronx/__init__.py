@@ -88,4 +88,12 @@ from .ops import (  # noqa: E402
     reset_op_counts,
 )
 
-__all__ = ["op_counts", "reset_op_counts", "explain", "op_report", "compile_stats", "reset_compile_stats"]
+__all__ = ["op_counts", "reset_op_counts", "explain", "op_report", "compile_stats", "reset_compile_stats", "nki_op"]
+
+
+def __getattr__(name):
+    if name == "nki_op":  # torch_neuronx.nki loads when first used
+        from .nki import nki_op
+
+        return nki_op
+    raise AttributeError(f"module 'torch_neuronx' has no attribute {name!r}")

@@ -26,12 +26,14 @@ using namespace torch_neuronx;
 namespace torch_neuronx {
 void init_distributed_bindings(py::module& m);  // csrc/distributed/bindings.cpp
 void init_graph_bindings(py::module& m);        // csrc/python/graphs.cpp
+void init_nki_bindings(py::module& m);          // csrc/python/nki.cpp
 }  // namespace torch_neuronx
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch-neuronx native extension (software NeuronCore runtime)";
   init_distributed_bindings(m);
   init_graph_bindings(m);
+  init_nki_bindings(m);
   register_compressed_sparse_ops();
 
   m.def("_device_count", [] { return device_count(); });

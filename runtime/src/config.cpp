@@ -23,7 +23,9 @@ const std::vector<Setting>& all() {
       {"NEURON_LAUNCH_BLOCKING", "0", "1: every queued task runs before the call returns; errors raise at the call"},
       {"TORCH_NEURONX_SANITIZE", "0",
        "1: device memory is inaccessible to the host outside queued tasks (mprotect); a host access is reported"},
-      {"TORCH_NEURONX_STRICT", "0", "1: float64 and complex tensors raise (Trainium has neither); default: warn once"},
+      {"TORCH_NEURONX_STRICT", "0",
+       "1: float64 and complex tensors raise (Trainium has neither; default: warn once), and NKI kernels "
+       "poison fresh SBUF/PSUM tiles (NaN) so reading one never written shows"},
       {"TORCH_NEURONX_FALLBACK", "warn",
        "what a CPU fallback (copy to host and back) does: warn (once per op), error, silent"},
       {"TORCH_NEURONX_OP_POLICY", "",

@@ -19,7 +19,8 @@ _lock = threading.Lock()
 
 def _fresh() -> dict:
     return {"graphs_compiled": 0, "programs": 0, "cache_hits": 0, "cache_misses": 0, "recompiles": 0,
-            "recompile_reasons": [], "graph_breaks": 0, "recompile_limit_hits": 0, "compile_seconds": 0.0}
+            "recompile_reasons": [], "graph_breaks": 0, "recompile_limit_hits": 0, "compile_seconds": 0.0,
+            "nki_traces": 0, "nki_cache_hits": 0}
 
 
 _stats = _fresh()
@@ -156,12 +157,19 @@ def _finish(record: dict, program: bool) -> None:
               file=sys.stderr)
 
 
+def count_nki_call(traced: bool) -> None:
+    """An NKI kernel call: traced anew (a new signature), or its program taken from the cache."""
+    with _lock:
+        _stats["nki_traces" if traced else "nki_cache_hits"] += 1
+
+
 def compile_stats() -> dict:
     """{"graphs_compiled", "programs", "cache_hits", "cache_misses", "recompiles", "recompile_reasons",
-    "graph_breaks", "recompile_limit_hits", "compile_seconds"} since the process started or the last
-    reset. graphs_compiled counts the graphs Dynamo traced; programs the static programs built from
-    them (one per graph, or one per input signature of a symbolic graph); cache_hits and
-    cache_misses are per program."""
+    "graph_breaks", "recompile_limit_hits", "compile_seconds", "nki_traces", "nki_cache_hits"} since
+    the process started or the last reset. graphs_compiled counts the graphs Dynamo traced; programs
+    the static programs built from them (one per graph, or one per input signature of a symbolic
+    graph); cache_hits and cache_misses are per program. nki_traces counts NKI kernels traced into a
+    program (once per signature), nki_cache_hits the calls that reused one."""
     with _lock:
         out = dict(_stats, recompile_reasons=list(_stats["recompile_reasons"]))
     out["graph_breaks"] = _graph_breaks() - _graph_break_baseline if "torch._dynamo" in sys.modules else 0

@@ -1,0 +1,394 @@
+#include "nki/program.h"
+
+#include <ATen/Functions.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/native/CPUBlas.h>
+
+#include <cmath>
+#include <utility>
+
+#include "core/storage.h"
+#include "exec/device_check.h"
+#include "exec/executor.h"
+#include "exec/tensor_desc.h"
+#include "pipeline/op_record.h"
+
+namespace torch_neuronx::nki {
+namespace {
+
+OpRecord& kernel_rec = typed_op("neuron::nki_kernel", "an NKI kernel's traced program, run as one task");
+
+// The tables Python reads (torch_neuronx/nki/language.py names its ops by these lists' order).
+const std::vector<std::string> kActivations = {
+    "copy", "exp",  "log",      "tanh",       "sigmoid", "relu",     "gelu",    "gelu_apprx_tanh",
+    "silu", "sqrt", "rsqrt",    "reciprocal", "abs",     "negative", "square",  "sin",
+    "cos",  "sign", "softplus", "erf",        "arctan",  "gelu_dx",  "silu_dx", "mish",
+    "ceil", "floor"};
+const std::vector<std::string> kBinaries = {"add",           "subtract",    "multiply",   "divide",      "maximum",
+                                            "minimum",       "power",       "equal",      "not_equal",   "greater",
+                                            "greater_equal", "less",        "less_equal", "logical_and", "logical_or",
+                                            "logical_xor",   "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift",
+                                            "right_shift",   "abs_max",     "abs_min",    "fmod"};
+const std::vector<std::string> kReductions = {"add", "maximum", "minimum", "multiply"};
+
+at::Tensor activate(int64_t fn, const at::Tensor& x) {
+  switch (fn) {
+    case 0:
+      return x;
+    case 1:
+      return x.exp();
+    case 2:
+      return x.log();
+    case 3:
+      return x.tanh();
+    case 4:
+      return x.sigmoid();
+    case 5:
+      return x.relu();
+    case 6:
+      return at::gelu(x);
+    case 7:
+      return at::gelu(x, "tanh");
+    case 8:
+      return at::silu(x);
+    case 9:
+      return x.sqrt();
+    case 10:
+      return x.rsqrt();
+    case 11:
+      return x.reciprocal();
+    case 12:
+      return x.abs();
+    case 13:
+      return x.neg();
+    case 14:
+      return x * x;
+    case 15:
+      return x.sin();
+    case 16:
+      return x.cos();
+    case 17:
+      return x.sign();
+    case 18:
+      return at::softplus(x);
+    case 19:
+      return x.erf();
+    case 20:
+      return x.atan();
+    case 21: {  // d/dx gelu = Φ(x) + x φ(x)
+      const at::Tensor cdf = (x * M_SQRT1_2).erf().add_(1).mul_(0.5);
+      return cdf + x * (x * x * -0.5).exp_().mul_(0.5 * M_2_SQRTPI * M_SQRT1_2);
+    }
+    case 22: {  // d/dx silu = σ(x) (1 + x (1 − σ(x)))
+      const at::Tensor s = x.sigmoid();
+      return s * (1 + x * (1 - s));
+    }
+    case 23:
+      return at::mish(x);
+    case 24:
+      return x.ceil();
+    case 25:
+      return x.floor();
+    default:
+      TORCH_CHECK(false, "nki: unknown activation ", fn);
+  }
+}
+
+at::Tensor binary(int64_t op, const at::Tensor& a, const at::Tensor& b) {
+  switch (op) {
+    case 0:
+      return a + b;
+    case 1:
+      return a - b;
+    case 2:
+      return a * b;
+    case 3:
+      return a / b;
+    case 4:
+      return at::maximum(a, b);
+    case 5:
+      return at::minimum(a, b);
+    case 6:
+      return at::pow(a, b);
+    case 7:
+      return a.eq(b);
+    case 8:
+      return a.ne(b);
+    case 9:
+      return a.gt(b);
+    case 10:
+      return a.ge(b);
+    case 11:
+      return a.lt(b);
+    case 12:
+      return a.le(b);
+    case 13:
+      return at::logical_and(a, b);
+    case 14:
+      return at::logical_or(a, b);
+    case 15:
+      return at::logical_xor(a, b);
+    case 16:
+      return at::bitwise_and(a, b);
+    case 17:
+      return at::bitwise_or(a, b);
+    case 18:
+      return at::bitwise_xor(a, b);
+    case 19:
+      return at::bitwise_left_shift(a, b);
+    case 20:
+      return at::bitwise_right_shift(a, b);
+    case 21:
+      return at::maximum(a.abs(), b.abs());
+    case 22:
+      return at::minimum(a.abs(), b.abs());
+    case 23:
+      return at::fmod(a, b);
+    default:
+      TORCH_CHECK(false, "nki: unknown ALU op ", op);
+  }
+}
+
+// Reduces the trailing dims of `x` from `first` on (NKI reduces trailing free axes only), keeping them.
+at::Tensor reduce_trailing(int64_t op, const at::Tensor& x, int64_t first) {
+  c10::SmallVector<int64_t, 5> keep(x.sizes().begin(), x.sizes().begin() + first);
+  keep.push_back(-1);
+  const at::Tensor flat = x.reshape(keep);
+  switch (op) {
+    case 0:
+      return flat.sum(-1, /*keepdim=*/true);
+    case 1:
+      return flat.amax(-1, /*keepdim=*/true);
+    case 2:
+      return flat.amin(-1, /*keepdim=*/true);
+    case 3:
+      return flat.prod(-1, /*keepdim=*/true);
+    default:
+      TORCH_CHECK(false, "nki: unknown reduction ", op);
+  }
+}
+
+bool is_integral(const at::Tensor& t) { return c10::isIntegralType(t.scalar_type(), /*includeBool=*/true); }
+
+// The engines compute in fp32 (integer ALU ops on integer tiles stay integral).
+at::Tensor fp32(const at::Tensor& t) { return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat); }
+
+// dst (+)= stᵀ @ mv with fp32 accumulation, as the PE array accumulates into PSUM. bf16/fp16/fp32
+// tiles go straight to the host BLAS with fp32 output; other input types through fp32 copies.
+void matmul(const at::Tensor& dst, const at::Tensor& st, const at::Tensor& mv, bool accumulate) {
+  const int64_t k = st.size(0), m = st.numel() / k, n = mv.numel() / k;
+  const at::Tensor s = st.reshape({k, m}), v = mv.reshape({k, n});
+  const at::Tensor d = dst.view({m, n});
+  const float beta = accumulate ? 1.0f : 0.0f;
+  const auto st_type = s.scalar_type();
+  const bool blas = d.scalar_type() == at::kFloat && d.stride(1) == 1 && s.stride(1) == 1 && v.stride(1) == 1 &&
+                    st_type == v.scalar_type() && d.stride(0) >= n && s.stride(0) >= m && v.stride(0) >= n;
+  if (blas && (st_type == at::kBFloat16 || st_type == at::kHalf) && at::native::cpublas::could_pack(st_type)) {
+    // The host's batch-reduce GEMM microkernel: stationaryᵀ (m×k) times moving packed as its
+    // VNNI layout wants (k×n), accumulating into the fp32 PSUM rows.
+    const at::Tensor a = s.t().contiguous();
+    const int64_t ld_b = n % 16 == 0 ? n : (n + 15) / 16 * 16;
+    at::Tensor b = at::empty({k + (k % 2), ld_b}, v.options());
+    at::native::cpublas::pack(k, n, v.stride(0), ld_b, st_type, st_type, v.const_data_ptr(), b.data_ptr());
+    if (st_type == at::kBFloat16) {
+      at::native::cpublas::brgemm(m, n, k, k, ld_b, d.stride(0), accumulate, a.const_data_ptr<at::BFloat16>(),
+                                  b.const_data_ptr<at::BFloat16>(), d.data_ptr<float>());
+    } else {
+      at::native::cpublas::brgemm(m, n, k, k, ld_b, d.stride(0), accumulate, a.const_data_ptr<at::Half>(),
+                                  b.const_data_ptr<at::Half>(), d.data_ptr<float>());
+    }
+  } else if (st_type == at::kFloat && v.scalar_type() == at::kFloat && d.scalar_type() == at::kFloat) {
+    d.addmm_(s.t(), v, beta, 1.0f);  // beta 0 ignores what PSUM held, NaN included
+  } else {
+    const at::Tensor r = at::mm(fp32(s).t(), fp32(v));
+    if (accumulate)
+      d.add_(r);
+    else
+      d.copy_(r);
+  }
+}
+
+class Memory {
+ public:
+  Memory(const std::vector<at::Tensor>& hbm, const std::vector<at::Tensor>& constants, int64_t sbuf_row,
+         int64_t psum_row, int registers)
+      : hbm_(hbm), constants_(constants), regs_(registers) {
+    sbuf_ = at::zeros({128 * std::max<int64_t>(sbuf_row, 1)}, at::kByte);
+    psum_ = at::zeros({128 * std::max<int64_t>(psum_row, 1)}, at::kByte);
+  }
+
+  at::Tensor view(const Operand& o) {
+    if (o.space == kReg) {
+      const at::Tensor& r = regs_.at(o.index);
+      TORCH_CHECK(r.defined(), "nki: register ", o.index, " read before it was written");
+      return r;
+    }
+    const at::Tensor& base = o.space == kHbm    ? hbm_.at(o.index)
+                             : o.space == kSbuf ? sbuf_
+                             : o.space == kPsum ? psum_
+                                                : constants_.at(o.index);
+    const int64_t item = static_cast<int64_t>(c10::elementSize(o.dtype));
+    const int64_t bytes = base.storage_offset() * static_cast<int64_t>(base.element_size()) + o.byte_offset;
+    TORCH_CHECK(bytes % item == 0, "nki: an operand of ", c10::toString(o.dtype), " at byte ", bytes,
+                " is not aligned to its element size");
+    return make_cpu_tensor(base.storage(), c10::scalarTypeToTypeMeta(o.dtype), o.sizes, o.strides, bytes / item);
+  }
+
+  // Writes `value` to `o`: a register takes it (fp32), memory casts it to its dtype.
+  void write(const Operand& o, const at::Tensor& value) {
+    if (o.space == kReg) {
+      at::Tensor v = value.scalar_type() == at::kFloat || is_integral(value) ? value : value.to(at::kFloat);
+      regs_.at(o.index) = o.sizes.empty() ? v : v.reshape(o.sizes);
+      return;
+    }
+    at::Tensor dst = view(o);
+    dst.copy_(value.sizes().equals(dst.sizes()) ? value : value.reshape(dst.sizes()));
+  }
+
+ private:
+  const std::vector<at::Tensor>& hbm_;
+  const std::vector<at::Tensor>& constants_;
+  at::Tensor sbuf_, psum_;
+  std::vector<at::Tensor> regs_;
+};
+
+at::Tensor operand_or_scalar(Memory& mem, const Step& s, size_t which, bool scalar, double value, bool integral) {
+  if (scalar) return integral ? at::scalar_tensor(static_cast<int64_t>(value), at::kLong) : at::scalar_tensor(value);
+  at::Tensor t = mem.view(s.operands.at(which));
+  return integral ? t : fp32(t);
+}
+
+void execute(Memory& mem, const Step& s) {
+  const auto& o = s.operands;
+  switch (s.op) {
+    case kCopy:
+      mem.write(o[0], mem.view(o[1]));
+      return;
+    case kFill:
+      mem.view(o[0]).fill_(s.f[0]);
+      return;
+    case kActivate: {
+      at::Tensor x = fp32(mem.view(o[1]));
+      size_t next = 2;
+      if (s.i[1])
+        x = x * fp32(mem.view(o[next++]));
+      else if (s.f[0] != 1.0)
+        x = x * s.f[0];
+      if (s.i[2])
+        x = x + fp32(mem.view(o[next++]));
+      else if (s.f[1] != 0.0)
+        x = x + s.f[1];
+      mem.write(o[0], activate(s.i[0], x));
+      return;
+    }
+    case kBinary: {
+      // Integer tiles stay integral for bitwise, shift and integer arithmetic (GpSimd's int32 ALU).
+      const bool a_scalar = s.i[1] != 0, b_scalar = s.i[2] != 0;
+      const bool integral = s.i[3] != 0;
+      size_t next = 1;
+      const at::Tensor a = operand_or_scalar(mem, s, a_scalar ? 0 : next++, a_scalar, s.f[0], integral);
+      const at::Tensor b = operand_or_scalar(mem, s, b_scalar ? 0 : next++, b_scalar, s.f[1], integral);
+      mem.write(o[0], binary(s.i[0], a, b));
+      return;
+    }
+    case kReduce: {
+      at::Tensor r = reduce_trailing(s.i[0], fp32(mem.view(o[1])), s.i[2]);
+      mem.write(o[0], s.i[1] ? r.neg() : r);
+      return;
+    }
+    case kMatmul: {
+      const at::Tensor dst = mem.view(o[0]);
+      if (dst.scalar_type() == at::kFloat) {
+        matmul(dst, mem.view(o[1]), mem.view(o[2]), s.i[0] != 0);
+      } else {  // a bf16 PSUM destination (NeuronCore-v4): accumulate in fp32, then round
+        at::Tensor acc = s.i[0] ? dst.to(at::kFloat) : at::zeros(dst.sizes(), at::kFloat);
+        matmul(acc, mem.view(o[1]), mem.view(o[2]), true);
+        dst.copy_(acc);
+      }
+      return;
+    }
+    case kTranspose: {
+      const at::Tensor src = mem.view(o[1]);
+      mem.write(o[0], src.reshape({src.size(0), -1}).t());
+      return;
+    }
+    case kWhere: {
+      const at::Tensor cond = mem.view(o[1]);
+      mem.write(o[0], at::where(cond, fp32(mem.view(o[2])), at::scalar_tensor(s.f[0])));
+      return;
+    }
+    case kTop8: {
+      const at::Tensor src = fp32(mem.view(o[1]));
+      mem.write(o[0], std::get<0>(src.reshape({src.size(0), -1}).topk(8, 1, /*largest=*/true, /*sorted=*/true)));
+      return;
+    }
+    case kPartitionReduce: {
+      const at::Tensor src = fp32(mem.view(o[1]));
+      const at::Tensor flat = src.reshape({src.size(0), -1});
+      at::Tensor r;
+      switch (s.i[0]) {
+        case 0:
+          r = flat.sum(0, true);
+          break;
+        case 1:
+          r = flat.amax(0, true);
+          break;
+        case 2:
+          r = flat.amin(0, true);
+          break;
+        case 3:
+          r = flat.prod(0, true);
+          break;
+        default:
+          TORCH_CHECK(false, "nki: unknown reduction ", s.i[0]);
+      }
+      mem.write(o[0], r);
+      return;
+    }
+    default:
+      TORCH_CHECK(false, "nki: unknown step ", s.op);
+  }
+}
+
+}  // namespace
+
+Program::Program(std::string name, std::vector<Step> steps, std::vector<at::Tensor> constants, int64_t sbuf_row,
+                 int64_t psum_row, int registers)
+    : name_(std::move(name)),
+      steps_(std::move(steps)),
+      constants_(std::move(constants)),
+      sbuf_row_(sbuf_row),
+      psum_row_(psum_row),
+      registers_(registers) {}
+
+void Program::run(const std::vector<at::Tensor>& hbm) const {
+  Memory mem(hbm, constants_, sbuf_row_, psum_row_, registers_);
+  for (const Step& s : steps_) execute(mem, s);
+}
+
+void Program::launch(const std::vector<at::Tensor>& hbm) const {
+  DeviceCheck check(name_.c_str());
+  std::vector<TensorDesc> descs;
+  descs.reserve(hbm.size());
+  for (const at::Tensor& t : hbm) {
+    TORCH_CHECK(is_neuron(t), "nki: kernel ", name_, " was given a tensor on ", t.device(),
+                "; a kernel launched on neuron takes neuron tensors only");
+    check.add(t, /*written=*/true);
+    descs.push_back(TensorDesc::of(t));
+  }
+  kernel_rec.count(Mode::kAsync);
+  auto self = shared_from_this();
+  const auto device = check.device() >= 0 ? check.device() : current_device();
+  torch_neuronx::launch(device, kernel_rec.name.c_str(), [self, descs = std::move(descs)] {
+    std::vector<at::Tensor> views;
+    views.reserve(descs.size());
+    for (const auto& d : descs) views.push_back(d.view());
+    self->run(views);
+  });
+}
+
+const std::vector<std::string>& Program::activation_names() { return kActivations; }
+const std::vector<std::string>& Program::binary_names() { return kBinaries; }
+const std::vector<std::string>& Program::reduce_names() { return kReductions; }
+
+}  // namespace torch_neuronx::nki

@@ -1,0 +1,77 @@
+// An NKI kernel, traced once per signature (torch_neuronx/nki/_trace.py), as a flat program of
+// whole-tile steps over three kinds of memory: the kernel's HBM tensors, the SBUF and PSUM arenas
+// (one byte array each, 128 partitions × the profile's bytes per partition, addressed by the
+// offsets the tracer's allocator gave each tile), and fp32 registers for an instruction's
+// intermediates. Running it is C++ only — a queue worker never needs the GIL — and the same
+// program serves the device (one task on the current stream) and the host simulator (run in place
+// on CPU tensors). Every step is ATen work on views of whole tiles, never an element loop.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/SmallVector.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace torch_neuronx::nki {
+
+// Where an operand lives: an HBM tensor (0..), an arena, a constant of the program, a register.
+struct Operand {
+  int32_t space = 0;  // kHbm, kSbuf, kPsum, kConst, kReg
+  int32_t index = 0;  // which HBM tensor, constant or register
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  int64_t byte_offset = 0;
+  c10::SmallVector<int64_t, 4> sizes, strides;  // strides in elements of dtype
+};
+
+enum Space : int32_t { kHbm = 0, kSbuf = 1, kPsum = 2, kConst = 3, kReg = 4 };
+
+// Steps. Scalars (an operand given as a number) travel in `f`, flagged in `i`.
+enum Op : int32_t {
+  kCopy = 0,        // o0 = o1 (cast to o0's dtype; registers keep fp32)
+  kFill,            // o0 = f0
+  kActivate,        // o0 = fn(o1 * scale + bias); i: fn, scale is an operand?, bias is an operand?; f: scale, bias
+  kBinary,          // o0 = a op b; i: op, a scalar?, b scalar?; f: a, b
+  kReduce,          // o0 = reduce(o1) over dims i[2:], i0 op, i1 negate
+  kMatmul,          // o0 (+)= o1ᵀ @ o2 (fp32 accumulation); i0 accumulate
+  kTranspose,       // o0 = o1 with partition and (flattened) free dims swapped
+  kWhere,           // o0 = o1 (bool constant) ? o2 : f0
+  kTop8,            // o0 = the 8 largest of each partition of o1, descending
+  kPartitionReduce  // o0 = reduce(o1) over the partition dim; i0 op
+};
+
+struct Step {
+  int32_t op = 0;
+  c10::SmallVector<Operand, 4> operands;
+  c10::SmallVector<int64_t, 4> i;
+  c10::SmallVector<double, 2> f;
+};
+
+class Program : public std::enable_shared_from_this<Program> {
+ public:
+  // `sbuf_row` and `psum_row`: the bytes of each partition the program addresses.
+  Program(std::string name, std::vector<Step> steps, std::vector<at::Tensor> constants, int64_t sbuf_row,
+          int64_t psum_row, int registers);
+  // Runs on `hbm` (CPU tensors or CPU views of device memory, in the kernel's argument order then
+  // its outputs), on the calling thread.
+  void run(const std::vector<at::Tensor>& hbm) const;
+  // Queues the run as one task on the current stream of the tensors' neuron device.
+  void launch(const std::vector<at::Tensor>& hbm) const;
+  const std::string& name() const { return name_; }
+  size_t size() const { return steps_.size(); }
+
+  static const std::vector<std::string>& activation_names();
+  static const std::vector<std::string>& binary_names();
+  static const std::vector<std::string>& reduce_names();
+
+ private:
+  std::string name_;
+  std::vector<Step> steps_;
+  std::vector<at::Tensor> constants_;
+  int64_t sbuf_row_, psum_row_;
+  int registers_;
+};
+
+}  // namespace torch_neuronx::nki

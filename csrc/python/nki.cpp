@@ -1,0 +1,66 @@
+// Bindings of NKI programs (csrc/nki/program.h): torch_neuronx/nki/_trace.py builds one per
+// kernel signature from plain tuples, then runs it on host tensors or launches it on neuron.
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <memory>
+
+#include "nki/program.h"
+
+namespace py = pybind11;
+
+namespace torch_neuronx {
+namespace {
+
+c10::ScalarType to_scalar_type(const py::handle& h) {
+  TORCH_CHECK(THPDtype_Check(h.ptr()), "nki: an operand's dtype must be a torch.dtype");
+  return reinterpret_cast<THPDtype*>(h.ptr())->scalar_type;
+}
+
+// (space, index, dtype, byte_offset, sizes, strides)
+nki::Operand to_operand(const py::handle& h) {
+  const auto t = h.cast<py::tuple>();
+  nki::Operand o;
+  o.space = t[0].cast<int32_t>();
+  o.index = t[1].cast<int32_t>();
+  o.dtype = to_scalar_type(t[2]);
+  o.byte_offset = t[3].cast<int64_t>();
+  for (auto v : t[4]) o.sizes.push_back(v.cast<int64_t>());
+  for (auto v : t[5]) o.strides.push_back(v.cast<int64_t>());
+  return o;
+}
+
+// (op, operands, ints, floats)
+nki::Step to_step(const py::handle& h) {
+  const auto t = h.cast<py::tuple>();
+  nki::Step s;
+  s.op = t[0].cast<int32_t>();
+  for (auto o : t[1]) s.operands.push_back(to_operand(o));
+  for (auto v : t[2]) s.i.push_back(v.cast<int64_t>());
+  for (auto v : t[3]) s.f.push_back(v.cast<double>());
+  return s;
+}
+
+}  // namespace
+
+void init_nki_bindings(py::module& m) {
+  py::class_<nki::Program, std::shared_ptr<nki::Program>>(m, "_NkiProgram")
+      .def(py::init([](const std::string& name, const py::list& steps, std::vector<at::Tensor> constants,
+                       int64_t sbuf_row, int64_t psum_row, int registers) {
+        std::vector<nki::Step> out;
+        out.reserve(steps.size());
+        for (auto s : steps) out.push_back(to_step(s));
+        return std::make_shared<nki::Program>(name, std::move(out), std::move(constants), sbuf_row, psum_row,
+                                              registers);
+      }))
+      .def("__len__", &nki::Program::size)
+      .def(
+          "run", [](const nki::Program& p, const std::vector<at::Tensor>& hbm) { p.run(hbm); },
+          py::call_guard<py::gil_scoped_release>())
+      .def("launch", [](const nki::Program& p, const std::vector<at::Tensor>& hbm) { p.launch(hbm); });
+  m.attr("_nki_activations") = nki::Program::activation_names();
+  m.attr("_nki_binaries") = nki::Program::binary_names();
+  m.attr("_nki_reductions") = nki::Program::reduce_names();
+}
+
+}  // namespace torch_neuronx

@@ -1,0 +1,580 @@
+"""NKI's instructions (torch_neuronx.nki.isa) and language helpers against torch on the CPU, on the
+host simulator and on neuron; the hardware's rules, each broken once; bad input."""
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_neuronx
+import torch_neuronx.nki as nki
+import torch_neuronx.nki.isa as nisa
+import torch_neuronx.nki.language as nl
+from torch_neuronx.nki import NkiTraceError, NkiValidationError
+
+N = "neuron"
+
+
+def close(got, want, dtype=torch.float32):
+    tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}.get(dtype, 1e-1)
+    torch.testing.assert_close(got.float(), want.float(), atol=tol, rtol=tol)
+
+
+@nki.jit
+def unary_kernel(x, op, scale, with_bias, out_dtype):
+    out = nl.ndarray(x.shape, dtype=out_dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    y = nl.ndarray(x.shape, dtype=out_dtype, buffer=nl.sbuf)
+    bias = None
+    if with_bias:
+        bias = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.iota(bias, [[1, 1]], offset=0.25, channel_multiplier=0.01)
+    nisa.activation(dst=y, op=op, data=t, scale=scale, bias=bias)
+    nl.store(out, y)
+    return out
+
+
+ACTIVATIONS = {
+    "exp": torch.exp, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "relu": torch.relu, "gelu": F.gelu,
+    "gelu_apprx_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu, "abs": torch.abs,
+    "negative": torch.neg, "square": torch.square, "sin": torch.sin, "cos": torch.cos, "sign": torch.sign,
+    "softplus": F.softplus, "erf": torch.erf, "arctan": torch.atan, "mish": F.mish, "copy": lambda t: t,
+    "log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal,
+}
+POSITIVE = ("log", "sqrt", "rsqrt", "reciprocal")
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_activation_matches_torch_with_scale_and_bias(name):
+    x = torch.randn(128, 48)
+    if name in POSITIVE:
+        x = x.abs() + 0.5
+    got = nki.simulate(unary_kernel)(x, getattr(nl, name), 0.75, True, torch.float32)
+    bias = 0.25 + 0.01 * torch.arange(128.0).view(-1, 1)
+    close(got, ACTIVATIONS[name](x * 0.75 + bias))
+
+
+@pytest.mark.parametrize("name,fn", [("gelu_dx", lambda t: torch.func.grad(lambda u: F.gelu(u).sum())(t)),
+                                     ("silu_dx", lambda t: torch.func.grad(lambda u: F.silu(u).sum())(t))])
+def test_activation_derivatives_match_autograd(name, fn):
+    x = torch.randn(64, 32)
+    close(nki.simulate(unary_kernel)(x, getattr(nl, name), 1.0, False, torch.float32), fn(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float8_e4m3fn])
+def test_an_engine_computes_in_fp32_and_rounds_once_to_the_destination(dtype):
+    x = torch.randn(128, 64)
+    got = nki.simulate(unary_kernel)(x, nl.exp, 0.5, False, dtype)
+    assert got.dtype == dtype
+    assert torch.equal(got, (x * 0.5).exp().to(dtype))
+
+
+@nki.jit
+def binary_kernel(a, b, op):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    ta, tb = nl.load(a), nl.load(b)
+    tc = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=tc, data1=ta, data2=tb, op=op)
+    nl.store(out, tc)
+    return out
+
+
+ALU = {"add": torch.add, "subtract": torch.sub, "multiply": torch.mul, "divide": torch.div,
+       "maximum": torch.maximum, "minimum": torch.minimum, "power": torch.pow,
+       "equal": lambda a, b: (a == b).to(a.dtype), "greater": lambda a, b: (a > b).to(a.dtype),
+       "less_equal": lambda a, b: (a <= b).to(a.dtype), "abs_max": lambda a, b: torch.maximum(a.abs(), b.abs())}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", sorted(ALU))
+def test_tensor_tensor_matches_torch(name, dtype):
+    a, b = torch.randn(128, 40).abs().to(dtype) + 0.5, torch.randn(128, 40).to(dtype)
+    want = ALU[name](a.float(), b.float()).to(dtype)
+    close(nki.simulate(binary_kernel)(a, b, getattr(nl, name)), want, dtype)
+
+
+def test_bitwise_ops_run_on_integer_tiles():
+    a = torch.randint(0, 1 << 20, (64, 16), dtype=torch.int32)
+    b = torch.randint(0, 1 << 20, (64, 16), dtype=torch.int32)
+    assert torch.equal(nki.simulate(binary_kernel)(a, b, nl.bitwise_xor), a ^ b)
+    assert torch.equal(nki.simulate(binary_kernel)(a, b, nl.add), a + b)
+
+
+@nki.jit
+def scalar_kernel(a, col, reverse):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t, c = nl.load(a), nl.load(col)
+    y = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=y, data=t, op0=nl.subtract, operand0=c, reverse0=reverse, op1=nl.multiply, operand1=3.0)
+    z = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nisa.scalar_tensor_tensor(dst=z, data=y, op0=nl.divide, operand0=2.0, op1=nl.subtract, operand1=t)
+    nl.store(out, z)
+    return out
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_tensor_scalar_and_scalar_tensor_tensor(reverse):
+    a, col = torch.randn(96, 3, 10), torch.randn(96, 1)
+    c = col.view(96, 1, 1)
+    y = ((c - a) if reverse else (a - c)) * 3.0
+    close(nki.simulate(scalar_kernel)(a, col, reverse), y / 2.0 - a)
+
+
+@nki.jit
+def reduce_kernel(a, axis, negate, op):
+    keep = a.shape[:min(axis) if isinstance(axis, tuple) else axis]
+    out = nl.ndarray(keep if len(keep) > 1 else keep + (1,), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    r = nl.ndarray(out.shape, dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=r, op=op, data=t, axis=axis, negate=negate)
+    nl.store(out, r)
+    return out
+
+
+@pytest.mark.parametrize("axis", [2, (1, 2)])
+@pytest.mark.parametrize("op,fn", [(nl.add, torch.sum), (nl.maximum, torch.amax), (nl.minimum, torch.amin)])
+def test_tensor_reduce_over_trailing_free_axes(axis, op, fn):
+    a = torch.randn(100, 6, 20)
+    want = fn(a, dim=axis)
+    want = want if want.dim() > 1 else want.view(-1, 1)
+    close(nki.simulate(reduce_kernel)(a, axis, False, op), want)
+    close(nki.simulate(reduce_kernel)(a, axis, True, op), -want)
+
+
+@nki.jit
+def partition_reduce_kernel(a, op):
+    out = nl.ndarray((1, a.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    r = nl.ndarray((1, a.shape[1]), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_partition_reduce(dst=r, op=op, data=t)
+    nl.store(out, r)
+    return out
+
+
+def test_tensor_partition_reduce():
+    a = torch.randn(77, 30)
+    close(nki.simulate(partition_reduce_kernel)(a, nl.add), a.sum(0, keepdim=True))
+    close(nki.simulate(partition_reduce_kernel)(a, nl.maximum), a.amax(0, keepdim=True))
+
+
+@nki.jit
+def accumulate_kernel(a, b, cmd2):
+    out = nl.ndarray((a.shape[0], 2), dtype=nl.float32, buffer=nl.shared_hbm)
+    ta, tb = nl.load(a), nl.load(b)
+    ya = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.sbuf)
+    res = nl.ndarray((a.shape[0], 2), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation(dst=ya, op=nl.exp, data=ta, reduce_op=nl.add, reduce_res=res[:, 0:1],
+                    reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    nisa.activation(dst=ya, op=nl.square, data=tb, reduce_op=nl.add, reduce_res=res[:, 1:2], reduce_cmd=cmd2)
+    nl.store(out, res)
+    return out
+
+
+def test_activation_reduce_commands_accumulate_across_instructions():
+    a, b = torch.randn(64, 20), torch.randn(64, 20)
+    first = a.exp().sum(1)
+    got = nki.simulate(accumulate_kernel)(a, b, nisa.reduce_cmd.reduce)
+    close(got, torch.stack([first, first + b.square().sum(1)], 1))
+    got = nki.simulate(accumulate_kernel)(a, b, nisa.reduce_cmd.reset_reduce)
+    close(got, torch.stack([first, b.square().sum(1)], 1))
+
+
+@nki.jit
+def matmul_kernel(st, mv, mode):
+    m, n = st.shape[1], mv.shape[1]
+    out = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.shared_hbm)
+    s, v = nl.load(st), nl.load(mv)
+    acc = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.psum)
+    if mode == "twice":  # None: the first matmul opens the group, the second accumulates
+        nisa.nc_matmul(dst=acc, stationary=s, moving=v)
+        nisa.nc_matmul(dst=acc, stationary=s, moving=v)
+    elif mode == "overwrite":
+        nisa.nc_matmul(dst=acc, stationary=s, moving=v)
+        nisa.nc_matmul(dst=acc, stationary=s, moving=v, accumulate=False)
+    else:
+        nisa.nc_matmul(dst=acc, stationary=s, moving=v)
+    nl.store(out, acc)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn])
+def test_nc_matmul_accumulates_in_fp32(dtype):
+    st, mv = torch.randn(96, 80).to(dtype), torch.randn(96, 300).to(dtype)
+    want = st.float().t() @ mv.float()
+    tol = 1e-4 if dtype == torch.float32 else 1e-3
+    torch.testing.assert_close(nki.simulate(matmul_kernel)(st, mv, "once"), want, atol=tol, rtol=tol)
+    torch.testing.assert_close(nki.simulate(matmul_kernel)(st, mv, "twice"), 2 * want, atol=tol, rtol=tol)
+    torch.testing.assert_close(nki.simulate(matmul_kernel)(st, mv, "overwrite"), want, atol=tol, rtol=tol)
+
+
+@nki.jit
+def transpose_kernel(x, engine):
+    out = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    buf = nl.psum if engine == "tensor" else nl.sbuf
+    tp = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=buf)
+    nisa.nc_transpose(dst=tp, data=t, engine=getattr(nisa.engine, engine))
+    nl.store(out, nl.copy(tp))
+    return out
+
+
+@pytest.mark.parametrize("engine,shape", [("tensor", (128, 100)), ("vector", (32, 20))])
+def test_nc_transpose(engine, shape):
+    x = torch.randn(shape).bfloat16()
+    assert torch.equal(nki.simulate(transpose_kernel)(x, engine), x.t())
+
+
+@nki.jit
+def select_kernel(x, offset):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    nisa.affine_select(dst=t, pattern=[[-1, x.shape[1]]], channel_multiplier=1, on_true_tile=t,
+                       on_false_value=-9.0, cmp_op=nl.greater_equal, offset=offset)
+    nl.store(out, t)
+    return out
+
+
+def test_affine_select_makes_a_causal_mask():
+    x = torch.randn(64, 64)
+    want = x.masked_fill(~torch.ones(64, 64, dtype=torch.bool).tril(3), -9.0)
+    assert torch.equal(nki.simulate(select_kernel)(x, 3), want)
+
+
+@nki.jit
+def stats_kernel(x):
+    out = nl.ndarray((x.shape[0], 2), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    f = x.shape[1]
+    chunks = (f + 511) // 512
+    st = nl.ndarray((x.shape[0], 6 * chunks), dtype=nl.float32, buffer=nl.sbuf)
+    for c in range(chunks):
+        nisa.bn_stats(dst=st[:, 6 * c:6 * c + 6], data=t[:, c * 512:min(f, (c + 1) * 512)])
+    mv = nl.ndarray((x.shape[0], 2), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.bn_aggr(dst=mv, data=st)
+    nl.store(out, mv)
+    return out
+
+
+@pytest.mark.parametrize("free", [7, 512, 1001])
+def test_bn_stats_and_bn_aggr_give_mean_and_variance(free):
+    x = torch.randn(50, free) * 3 + 1
+    close(nki.simulate(stats_kernel)(x), torch.stack([x.mean(1), x.var(1, unbiased=False)], 1))
+
+
+@nki.jit
+def max8_kernel(x):
+    out = nl.ndarray((x.shape[0], 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    r = nl.ndarray((x.shape[0], 8), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.max8(dst=r, src=t)
+    nl.store(out, r)
+    return out
+
+
+def test_max8_is_the_eight_largest_descending():
+    x = torch.randn(40, 100)
+    assert torch.equal(nki.simulate(max8_kernel)(x), x.topk(8, 1).values)
+
+
+@nki.jit
+def iota_memset_kernel(shape):
+    out = nl.ndarray((shape[0], 2 * shape[1]), dtype=nl.int32, buffer=nl.shared_hbm)
+    t = nl.ndarray(shape, dtype=nl.int32, buffer=nl.sbuf)
+    nisa.iota(t, [[3, shape[1]]], offset=5, channel_multiplier=100)
+    z = nl.full(shape, 7, dtype=nl.int32)
+    nl.store(out[:, 0:shape[1]], t)
+    nl.store(out[:, shape[1]:], z)
+    return out
+
+
+def test_iota_and_memset():
+    got = nki.simulate(iota_memset_kernel)((16, 10))
+    want = 5 + 100 * torch.arange(16).view(-1, 1) + 3 * torch.arange(10)
+    assert torch.equal(got[:, :10], want.int())
+    assert torch.equal(got[:, 10:], torch.full((16, 10), 7, dtype=torch.int32))
+
+
+# --- nl helpers ------------------------------------------------------------------------------
+@nki.jit
+def language_kernel(x, y):
+    out = nl.ndarray((x.shape[0], 4), dtype=nl.float32, buffer=nl.shared_hbm)
+    a = nl.load(x)
+    b = nl.load(y)
+    c = (a * 2.0 + b) / (nl.abs(b) + 1.0) - nl.maximum(a, b)
+    e = nl.exp(nl.negative(nl.square(c)))
+    nl.store(out[:, 0:1], nl.sum(e, axis=1, keepdims=True))
+    nl.store(out[:, 1:2], nl.max(c, axis=1, keepdims=True))
+    nl.store(out[:, 2:3], nl.mean(a, axis=1, keepdims=True))
+    nl.store(out[:, 3:4], nl.min(b.reshape((x.shape[0], 2, x.shape[1] // 2)), axis=(1, 2), keepdims=True))
+    return out
+
+
+def test_language_ops_and_operators_on_tiles():
+    x, y = torch.randn(100, 64), torch.randn(100, 64)
+    c = (x * 2 + y) / (y.abs() + 1) - torch.maximum(x, y)
+    want = torch.stack([(-c.square()).exp().sum(1), c.amax(1), x.mean(1), y.amin(1)], 1)
+    close(nki.simulate(language_kernel)(x, y), want)
+
+
+@nki.jit
+def nl_matmul_kernel(x, y):
+    out = nl.ndarray((x.shape[0], y.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, nl.matmul(nl.load(x), nl.load(y)))
+    return out
+
+
+def test_nl_matmul_and_transpose():
+    x, y = torch.randn(64, 96), torch.randn(96, 200)
+    close(nki.simulate(nl_matmul_kernel)(x, y), x @ y)
+
+
+@nki.jit
+def legacy_index_kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    i_p = nl.program_id(0) * 64 + nl.arange(64)[:, None]
+    i_f = nl.arange(x.shape[1])[None, :]
+    nl.store(out[i_p, i_f], nl.load(x[i_p, i_f]) * float(nl.num_programs(0)))
+    return out
+
+
+def test_spmd_grid_with_program_id_and_arange_indices():
+    x = np.random.rand(256, 32).astype(np.float32)
+    got = legacy_index_kernel[4](x)
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_allclose(got, x * 4, rtol=1e-6)
+
+
+@nki.jit
+def grid2_kernel(a):
+    b = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    i, j = nl.program_id(0), nl.program_id(1)
+    nl.store(b[i, j], nl.load(a[i, j]) + float(i * 10 + j))
+    return b
+
+
+def test_two_dimensional_grid():
+    a = torch.zeros(4, 2, 1, 1)
+    got = nki.simulate(grid2_kernel[4, 2])(a)
+    assert torch.equal(got.view(4, 2), (torch.arange(4).view(-1, 1) * 10 + torch.arange(2)).float())
+
+
+# --- on neuron ------------------------------------------------------------------------------
+def test_a_kernel_on_neuron_is_one_async_task_ordered_with_eager_ops():
+    xc, yc = torch.randn(128, 64), torch.randn(128, 64)
+    x, y = xc.to(N), yc.to(N)
+    torch_neuronx.reset_op_counts()
+    x.add_(1)
+    out = binary_kernel(x, y, nl.multiply)  # must see x + 1
+    x.mul_(0)  # queued after the kernel: the kernel must not see it
+    assert out.device.type == "neuron"
+    counts = torch_neuronx.op_counts()["neuron::nki_kernel"]
+    assert (counts["async"], counts["sync"], counts["copy"]) == (1, 0, 0)
+    close(out.cpu(), (xc + 1) * yc)
+    assert torch.equal(x.cpu(), torch.zeros_like(xc))
+
+
+def test_device_and_host_runs_agree_and_the_trace_is_cached():
+    x, y = torch.randn(128, 43), torch.randn(128, 43)  # a signature no other test traces
+    torch_neuronx.reset_compile_stats()
+    host = nki.simulate(binary_kernel)(x, y, nl.subtract)
+    dev = binary_kernel(x.to(N), y.to(N), nl.subtract)
+    again = binary_kernel(x.to(N), y.to(N), nl.subtract)
+    stats = torch_neuronx.compile_stats()
+    assert stats["nki_traces"] == 1 and stats["nki_cache_hits"] == 2
+    assert torch.equal(dev.cpu(), host) and torch.equal(again.cpu(), x - y)
+
+
+def test_nc_version_follows_the_device_profile():
+    assert nisa.get_nc_version() == nisa.nc_version.gen3  # trn2, the default profile
+
+
+# --- hardware rules -------------------------------------------------------------------------
+def run_rule(body, *shapes, dtype=torch.float32):
+    kernel = nki.jit(body)
+    return nki.simulate(kernel)(*(torch.zeros(s, dtype=dtype) for s in shapes))
+
+
+def expect_rule(match, body, *shapes, dtype=torch.float32):
+    with pytest.raises(NkiValidationError, match=match) as info:
+        run_rule(body, *shapes, dtype=dtype)
+    assert "test_nki_isa.py:" in str(info.value), "the message names the kernel's line"
+    return str(info.value)
+
+
+def test_rule_partition_dimension_at_most_128():
+    def k(x):
+        nl.ndarray((256, 4), dtype=nl.float32, buffer=nl.sbuf)
+    expect_rule("partition dimension 256 exceeds", k, (1, 1))
+
+
+def test_rule_sbuf_capacity_per_partition_counts_live_tiles():
+    def k(x):
+        tiles = [nl.ndarray((128, 16384), dtype=nl.float32, buffer=nl.sbuf) for _ in range(4)]
+        for t in tiles:
+            nisa.memset(t, 0.0)
+        acc = nl.ndarray((128, 16384), dtype=nl.float32, buffer=nl.sbuf)
+        for t in tiles:  # all four stay live until here: 4 x 64 KiB > 224 KiB
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+    expect_rule("sbuf capacity", k, (1, 1))
+
+    def fits(x):  # the same tiles, each dead before the next: the allocator reuses the space
+        for _ in range(8):
+            t = nl.ndarray((128, 16384), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(t, 0.0)
+    run_rule(fits, (1, 1))
+
+
+def test_rule_a_tile_larger_than_a_partition():
+    def k(x):
+        nl.ndarray((128, 70000), dtype=nl.float32, buffer=nl.sbuf)
+    expect_rule("bytes each SBUF partition has", k, (1, 1))
+
+
+def test_rule_psum_has_eight_banks():
+    def k(x):
+        tiles = [nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum) for _ in range(9)]
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        for t in tiles:
+            nisa.tensor_tensor(dst=out, data1=out, data2=t, op=nl.add)
+    expect_rule(r"psum capacity.*8 banks", k, (1, 1))
+
+
+@pytest.mark.parametrize("case,match", [
+    ("moving_psum", "moving is in psum"), ("dst_sbuf", "dst is in sbuf"), ("wide_moving", "moving free size 640"),
+    ("wide_stationary", "stationary free size 200"), ("k_mismatch", "contracts 64 partitions, moving 32"),
+    ("bf16_dst", "PSUM tiles on trn2"), ("mixed_fp32", "fp32 operands multiply only with fp32"),
+    ("accumulate_fresh", "no matmul has written"), ("accumulate_memset", "another instruction wrote")])
+def test_rules_of_nc_matmul(case, match):
+    def k(x):
+        st = nl.zeros((64, 128), dtype=nl.bfloat16)
+        mv = nl.zeros((64, 512), dtype=nl.bfloat16)
+        dst = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+        if case == "moving_psum":
+            nisa.nc_matmul(dst, st, nl.zeros((64, 512), dtype=nl.bfloat16, buffer=nl.psum))
+        elif case == "dst_sbuf":
+            nisa.nc_matmul(nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf), st, mv)
+        elif case == "wide_moving":
+            nisa.nc_matmul(nl.ndarray((128, 640), dtype=nl.float32, buffer=nl.psum), st,
+                           nl.zeros((64, 640), dtype=nl.bfloat16))
+        elif case == "wide_stationary":
+            nisa.nc_matmul(dst, nl.zeros((64, 200), dtype=nl.bfloat16), mv)
+        elif case == "k_mismatch":
+            nisa.nc_matmul(dst, st, nl.zeros((32, 512), dtype=nl.bfloat16))
+        elif case == "bf16_dst":
+            nisa.nc_matmul(nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.psum), st, mv)
+        elif case == "mixed_fp32":
+            nisa.nc_matmul(dst, st, nl.zeros((64, 512), dtype=nl.float32))
+        elif case == "accumulate_fresh":
+            nisa.nc_matmul(dst, st, mv, accumulate=True)
+        else:
+            nisa.memset(dst, 0.0)
+            nisa.nc_matmul(dst, st, mv, accumulate=True)
+    message = expect_rule(match, k, (1, 1))
+    assert "nc_matmul" in message
+
+
+@pytest.mark.parametrize("case,match", [
+    ("gpsimd_psum", "GpSimd engine cannot access PSUM"), ("dma_psum", "DMA cannot read PSUM"),
+    ("both_psum", "cannot both be in PSUM"), ("bitwise_float", "bitwise op"), ("axis0", "axis 0 is the partition"),
+    ("bn_stats", "at most 512 elements"), ("max8", "8 to 16384"), ("vector_transpose", "at most \\[32, 32\\]"),
+    ("shape", "same partitions and elements"), ("scalar_operand", "scalar or a \\[128, 1\\] tile"),
+    ("not_activation", "not an activation function"), ("int_memset", "integer value")])
+def test_rules_of_engines_memories_and_shapes(case, match):
+    def k(x):
+        a = nl.zeros((128, 64), dtype=nl.float32)
+        p = nl.zeros((128, 64), dtype=nl.float32, buffer=nl.psum)
+        if case == "gpsimd_psum":
+            nisa.tensor_copy(dst=a, src=p, engine=nisa.engine.gpsimd)
+        elif case == "dma_psum":
+            nisa.dma_copy(dst=a, src=p)
+        elif case == "both_psum":
+            nisa.tensor_tensor(dst=a, data1=p, data2=p, op=nl.add)
+        elif case == "bitwise_float":
+            nisa.tensor_tensor(dst=a, data1=a, data2=a, op=nl.bitwise_and)
+        elif case == "axis0":
+            nisa.tensor_reduce(dst=nl.ndarray((1, 64), dtype=nl.float32), op=nl.add, data=a, axis=0)
+        elif case == "bn_stats":
+            nisa.bn_stats(dst=nl.ndarray((128, 6), dtype=nl.float32), data=nl.zeros((128, 600), dtype=nl.float32))
+        elif case == "max8":
+            nisa.max8(dst=nl.ndarray((128, 8), dtype=nl.float32), src=a[:, 0:4])
+        elif case == "vector_transpose":
+            nisa.nc_transpose(dst=nl.ndarray((64, 128), dtype=nl.float32), data=a, engine=nisa.engine.vector)
+        elif case == "shape":
+            nisa.tensor_copy(dst=nl.ndarray((128, 32), dtype=nl.float32), src=a)
+        elif case == "scalar_operand":
+            nisa.tensor_scalar(dst=a, data=a, op0=nl.add, operand0=a)
+        elif case == "not_activation":
+            nisa.activation(dst=a, op=nl.add, data=a)
+        else:
+            nisa.memset(nl.ndarray((128, 4), dtype=nl.int32), 0.5)
+    expect_rule(match, k, (1, 1))
+
+
+# --- strict mode, bad input -----------------------------------------------------------------
+@nki.jit
+def unwritten_kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)  # never written
+    nl.store(out, t)
+    return out
+
+
+def test_strict_mode_poisons_fresh_tiles(monkeypatch):
+    x = torch.ones(8, 8, device=N)
+    assert not unwritten_kernel(x).cpu().isnan().any()
+    monkeypatch.setenv("TORCH_NEURONX_STRICT", "1")
+    assert unwritten_kernel(x).cpu().isnan().all()
+
+
+def test_a_kernel_that_fails_its_checks_writes_nothing():
+    @nki.jit
+    def writes_then_fails(x):
+        t = nl.full((4, 4), 5.0, dtype=nl.float32)
+        nisa.dma_copy(dst=x, src=t)  # a valid write, traced before the invalid instruction
+        nisa.dma_copy(dst=x, src=nl.zeros((4, 4), dtype=nl.float32, buffer=nl.psum))
+
+    x = torch.zeros(4, 4, device=N)
+    with pytest.raises(NkiValidationError, match="DMA cannot read PSUM"):
+        writes_then_fails(x)
+    assert torch.equal(x.cpu(), torch.zeros(4, 4))
+
+
+def test_python_control_flow_on_a_tile_names_the_line():
+    @nki.jit
+    def branches(x):
+        t = nl.load(x)
+        if t:
+            pass
+
+    with pytest.raises(NkiTraceError, match=r"control flow.*\n.*test_nki_isa.py:\d+: if t:"):
+        nki.simulate(branches)(np.zeros((4, 4), np.float32))
+
+
+def test_bad_calls_are_refused_clearly():
+    x = np.zeros((4, 4), np.float32)
+    with pytest.raises(TypeError, match="both NumPy arrays and torch tensors"):
+        binary_kernel(x, torch.zeros(4, 4, device=N), nl.add)
+    with pytest.raises(RuntimeError, match=r"neuron tensors or NumPy arrays, got cpu.*nki.simulate"):
+        binary_kernel(torch.zeros(4, 4), torch.zeros(4, 4), nl.add)
+    if torch.neuron.device_count() > 1:
+        with pytest.raises(RuntimeError, match="several devices"):
+            binary_kernel(torch.zeros(4, 4, device="neuron:0"), torch.zeros(4, 4, device="neuron:1"), nl.add)
+    with pytest.raises(TypeError, match="must be hashable"):
+        nki.simulate(unary_kernel)(x, [1], 1.0, False, torch.float32)
+    with pytest.raises(TypeError, match="mode= was removed"):
+        nki.jit(lambda a: a, mode="simulation")
+    with pytest.raises(NkiTraceError, match="only inside a kernel"):
+        nl.zeros((4, 4), dtype=nl.float32)
+    with pytest.raises(NkiValidationError, match="returns whole tensors"):
+        nki.simulate(lambda a: nl.load(a))(x)
+
+
+def test_cost_of_an_elementwise_kernel_follows_the_profile():
+    x = torch.zeros(128, 2048)
+    trn2 = nki.estimate(binary_kernel, profile="trn2")(x, x, nl.add)
+    trn3 = nki.estimate(binary_kernel, profile="trn3")(x, x, nl.add)
+    assert trn2.instructions["vector"] == 1 and trn2.instructions["dma"] == 3
+    assert trn2.cycles["vector"] == 2 * 2048  # fp32 tensor_tensor: max(64, 2N) cycles
+    assert trn3.latency_us < trn2.latency_us  # faster Vector clock and DMA queues
+    assert math.isclose(trn2.busy_us["vector"], 4096 / 0.96e9 * 1e6, rel_tol=1e-9)

@@ -1,0 +1,279 @@
+"""NKI on neuron: the Neuron Kernel Interface (Neuron SDK 2.33's `nki`, `nki.language`, `nki.isa`)
+running on the software NeuronCore.
+
+    import torch_neuronx.nki as nki
+    import torch_neuronx.nki.language as nl
+    import torch_neuronx.nki.isa as nisa
+
+A kernel is traced once per signature (argument shapes and dtypes, the other arguments, the launch
+grid, the device profile, strict mode) into a program of whole-tile steps, with every hardware rule
+checked at the instruction that breaks it. Called with neuron tensors, the program runs as one
+task on the current stream — asynchronous and ordered with eager ops — and the kernel returns
+neuron tensors; called with NumPy arrays (or through `nki.simulate`) it runs on the host and
+returns NumPy arrays. `nki.estimate` gives the kernel's time on Trainium from the per-instruction
+cost model (_cost.py).
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import time
+
+import numpy as np
+import torch
+from torch._subclasses import fake_tensor as _fake_tensor
+
+from ..compile import stats as _stats
+from . import _cost, _profile
+from . import _trace as T
+from ._errors import NkiTraceError, NkiValidationError
+from ._tensor import SHARED_HBM, NkiTensor
+
+__all__ = ["jit", "simulate", "estimate", "benchmark", "nki_op", "NkiValidationError", "NkiTraceError", "language",
+           "isa"]
+
+
+def _strict() -> bool:
+    from .. import _C
+
+    return bool(_C._config_flag("TORCH_NEURONX_STRICT"))
+
+
+def _torch_dtype(array: np.ndarray) -> torch.dtype:
+    try:
+        return torch.from_numpy(np.empty(0, dtype=array.dtype)).dtype
+    except TypeError:
+        raise TypeError(f"nki: NumPy dtype {array.dtype} has no torch dtype; pass float32, float16, int32, int8, "
+                        f"uint8 or bool arrays") from None
+
+
+class _Traced:
+    __slots__ = ("program", "trace", "outputs", "result", "written_args", "scratch")
+
+
+class Kernel:
+    """What `nki.jit` returns: call it, or launch an SPMD grid with `kernel[gx, gy](...)`."""
+
+    def __init__(self, fn, grid=(1,), cache=None):
+        self.fn, self.grid = fn, grid
+        self._cache = {} if cache is None else cache
+        functools.update_wrapper(self, fn)
+
+    def __getitem__(self, grid):
+        grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
+        if not grid or any(not isinstance(g, int) or g < 1 for g in grid):
+            raise ValueError(f"nki: a launch grid is positive ints, got {grid}")
+        return Kernel(self.fn, grid, self._cache)
+
+    def __call__(self, *args, **kwargs):
+        return _run(self, args, kwargs, "auto")
+
+    # --- tracing --------------------------------------------------------------------------
+    def _traced(self, args, kwargs, profile) -> tuple[_Traced, list]:
+        tensors, key = [], [self.grid, profile.name, _strict()]
+        for a in list(args) + [kwargs[k] for k in sorted(kwargs)]:
+            if isinstance(a, (torch.Tensor, np.ndarray)):
+                dtype = a.dtype if isinstance(a, torch.Tensor) else _torch_dtype(a)
+                # A symbolic size (a compiled graph's) specializes: the program is static per shape.
+                key.append(("t", tuple(int(n) for n in a.shape), dtype))
+                tensors.append(a)
+            elif isinstance(a, (list, dict, set)):
+                raise TypeError(f"nki: kernel {self.fn.__name__} takes a {type(a).__name__} argument; kernel "
+                                f"arguments must be hashable (pass a tuple)")
+            else:
+                key.append(("v", type(a).__name__, a))
+        key.extend(sorted(kwargs))
+        key = tuple(key)
+        traced = self._cache.get(key)
+        _stats.count_nki_call(traced is None)
+        if traced is None:
+            traced = self._cache[key] = self._trace(args, kwargs, profile)
+        return traced, tensors
+
+    def _trace(self, args, kwargs, profile) -> _Traced:
+        trace = T.Trace(profile, _strict())
+        index = itertools.count()
+
+        def symbolic(a):
+            if isinstance(a, (torch.Tensor, np.ndarray)):
+                dtype = a.dtype if isinstance(a, torch.Tensor) else _torch_dtype(a)
+                return trace.argument(tuple(int(n) for n in a.shape), dtype, next(index))
+            return a
+
+        sym_args = [symbolic(a) for a in args]
+        sym_kwargs = {k: symbolic(kwargs[k]) for k in sorted(kwargs)}
+        result = None
+        with trace:
+            trace.grid = self.grid
+            for n, pid in enumerate(itertools.product(*(range(g) for g in self.grid))):
+                trace.program_id, trace.shared_cursor = pid, 0
+                out = self.fn(*sym_args, **sym_kwargs)
+                if n == 0:
+                    result = out
+        returned = result if isinstance(result, (tuple, list)) else (() if result is None else (result,))
+        for r in returned:
+            if not (isinstance(r, NkiTensor) and r.buffer == SHARED_HBM and r.offset == 0
+                    and r.shape == r.storage.shape):
+                raise NkiValidationError(f"nki: kernel {self.fn.__name__} returns {r!r}; a kernel returns whole "
+                                         f"tensors it allocated with buffer=nl.shared_hbm")
+        t = _Traced()
+        t.trace = trace
+        t.program = trace.build(self.fn.__name__)
+        t.outputs = [(s.shape, s.dtype) for s in trace.hbm if s.role[0] == "out"]
+        t.scratch = [(s.shape, s.dtype) for s in trace.hbm if s.role[0] == "scratch"]
+        order = [s for s in trace.hbm if s.role[0] == "out"]
+        t.result = (type(result) if isinstance(result, (tuple, list)) else None,
+                    [order.index(r.storage) for r in returned], result is None)
+        written = {st.id for ins in trace.instrs for st, _, _ in ins.writes}
+        t.written_args = [s.role[1] for s in trace.hbm if s.role[0] == "arg" and s.id in written]
+        return t
+
+
+def _pack(traced: _Traced, outs):
+    kind, picks, none = traced.result
+    if none:
+        return None
+    values = [outs[i] for i in picks]
+    return kind(values) if kind is not None else values[0]
+
+
+def _is_fake(t) -> bool:
+    return isinstance(t, torch.Tensor) and (t.device.type == "meta" or _fake_tensor.is_fake(t))
+
+
+def _classify(kernel, tensors, mode):
+    numpy = [isinstance(t, np.ndarray) for t in tensors]
+    if any(numpy) and not all(numpy):
+        raise TypeError(f"nki: kernel {kernel.fn.__name__} was given both NumPy arrays and torch tensors; pass one "
+                        f"kind")
+    if all(numpy) and tensors:
+        return "numpy"
+    devices = {t.device for t in tensors}
+    if len(devices) > 1:
+        raise RuntimeError(f"nki: kernel {kernel.fn.__name__} was given tensors on several devices "
+                           f"({', '.join(sorted(map(str, devices)))}); an NKI kernel runs on one NeuronCore")
+    device = next(iter(devices), None)
+    if device is not None and device.type == "meta":
+        return "neuron"  # shapes only
+    if mode == "simulate":
+        if device is not None and device.type != "cpu":
+            raise RuntimeError(f"nki.simulate runs on host memory; kernel {kernel.fn.__name__} was given {device} "
+                               f"tensors (call the kernel directly to run it on neuron)")
+        return "host"
+    if device is None or device.type != "neuron":
+        where = device if device is not None else "no tensors"
+        raise RuntimeError(f"nki: kernel {kernel.fn.__name__} runs on neuron tensors or NumPy arrays, got {where}; "
+                           f"move the tensors with .to('neuron'), or run it on the host with nki.simulate(kernel)")
+    return "neuron"
+
+
+def _run(kernel: Kernel, args, kwargs, mode, profile=None):
+    tensors = [a for a in list(args) + [kwargs[k] for k in sorted(kwargs)]
+               if isinstance(a, (torch.Tensor, np.ndarray))]
+    where = _classify(kernel, tensors, mode)
+    traced, tensors = kernel._traced(args, kwargs, _profile.current(profile))
+    for i in traced.written_args:
+        t = tensors[i]
+        contiguous = t.is_contiguous() if isinstance(t, torch.Tensor) else t.flags["C_CONTIGUOUS"]
+        if not contiguous:
+            raise RuntimeError(f"nki: kernel {kernel.fn.__name__} writes argument {i} in place; pass it contiguous")
+    if where == "neuron":
+        device = tensors[0].device if tensors else torch.device("neuron", torch.neuron.current_device())
+        outs = [torch.empty(s, dtype=d, device=device) for s, d in traced.outputs]
+        if not any(_is_fake(t) for t in tensors):  # a fake call (torch.compile, nki_op's fake) only needs shapes
+            hbm = [t.contiguous() for t in tensors]
+            scratch = [torch.empty(s, dtype=d, device=device) for s, d in traced.scratch]
+            traced.program.launch(hbm + outs + scratch)
+        return _pack(traced, outs)
+    host = [torch.from_numpy(np.ascontiguousarray(t)) if isinstance(t, np.ndarray) else t.contiguous()
+            for t in tensors]
+    outs = [torch.empty(s, dtype=d) for s, d in traced.outputs]
+    scratch = [torch.empty(s, dtype=d) for s, d in traced.scratch]
+    traced.program.run(host + outs + scratch)
+    if where == "numpy":
+        outs = [o.numpy() for o in outs]
+    return _pack(traced, outs)
+
+
+def jit(fn=None, **options):
+    """Makes `fn` an NKI kernel. Options of the old API (`mode=`, `platform_target=`) are refused, as
+    NKI 0.3+ refuses them."""
+    for gone in ("mode", "platform_target"):
+        if gone in options:
+            raise TypeError(f"nki.jit: {gone}= was removed in NKI 0.3; call the kernel with neuron tensors, or "
+                            f"simulate it with nki.simulate(kernel)(...)")
+    if fn is None:
+        return lambda f: jit(f, **options)
+    return fn if isinstance(fn, Kernel) else Kernel(fn)
+
+
+def simulate(kernel):
+    """Runs the kernel on the host: NumPy arrays in and out (or CPU torch tensors in and out)."""
+    kernel = jit(kernel)
+    return functools.wraps(kernel.fn)(lambda *args, **kwargs: _run(kernel, args, kwargs, "simulate"))
+
+
+def estimate(kernel, profile: str | None = None):
+    """`nki.estimate(kernel)(*args)`: the kernel's cost-model estimate (_cost.Estimate) on the current
+    device profile, or `profile="trn2"` / `"trn3"`. Nothing runs; arguments give shapes and dtypes."""
+    kernel = jit(kernel)
+
+    def run(*args, **kwargs):
+        traced, _ = kernel._traced(args, kwargs, _profile.current(profile))
+        return _cost.estimate(traced.trace.instrs, traced.trace.profile)
+
+    return run
+
+
+class BenchmarkResult:
+    def __init__(self, estimate, measured_ms, where):
+        self.estimate, self.measured_ms, self.where = estimate, measured_ms, where
+
+    def __str__(self):
+        return (f"{self.estimate}\nmeasured on the software NeuronCore ({self.where}): {self.measured_ms:.3f} ms "
+                f"per call (host execution, not a hardware figure)")
+
+
+def benchmark(kernel=None, *, warmup: int = 2, iters: int = 10, profile: str | None = None):
+    """`nki.benchmark(kernel)(*args)` runs the kernel `warmup + iters` times and returns (and prints)
+    the cost model's estimate of the profile's hardware, beside the time the software NeuronCore
+    took."""
+    if kernel is None:
+        return lambda k: benchmark(k, warmup=warmup, iters=iters, profile=profile)
+    kernel = jit(kernel)
+
+    def run(*args, **kwargs):
+        tensors = [a for a in args if isinstance(a, (torch.Tensor, np.ndarray))]
+        where = _classify(kernel, tensors, "auto" if any(isinstance(t, torch.Tensor) for t in tensors) else
+                          "simulate")
+        sync = torch.neuron.synchronize if where == "neuron" else (lambda: None)
+        for _ in range(warmup):
+            kernel(*args, **kwargs)
+        sync()
+        start = time.perf_counter()
+        for _ in range(iters):
+            kernel(*args, **kwargs)
+        sync()
+        measured = (time.perf_counter() - start) / max(iters, 1) * 1e3
+        result = BenchmarkResult(estimate(kernel, profile)(*args, **kwargs), measured, where)
+        print(result)
+        return result
+
+    return run
+
+
+def nki_op(name: str, mutates_args=(), device_types=None, schema=None):
+    """Makes a function that calls NKI kernels a PyTorch custom op (torch.library.custom_op): one
+    node under torch.compile, with autograd by `.register_autograd(backward, setup_context=...)`.
+    Its fake implementation is the function itself on fake tensors, where each kernel is traced
+    on shapes and launches nothing: no meta function to write."""
+
+    def wrap(fn):
+        op = torch.library.custom_op(name, mutates_args=mutates_args, device_types=device_types, schema=schema)(fn)
+        op.register_fake(fn)
+        return op
+
+    return wrap
+
+
+from . import isa, language  # noqa: E402,F401

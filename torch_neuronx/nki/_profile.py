@@ -1,0 +1,51 @@
+"""One physical NeuronCore of each device profile, as NKI sees it: on-chip memory per partition,
+engine clocks and DMA rates (AWS's Trainium2/Trainium3 architecture pages and NKI DMA guide; see
+shared/docs/trainium.md). An NKI kernel runs on one physical core."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CoreProfile:
+    name: str
+    nc_version: str  # nki.isa.nc_version member
+    sbuf_partition_bytes: int
+    psum_partition_bytes: int
+    tensor_hz: float
+    vector_hz: float
+    scalar_hz: float
+    gpsimd_hz: float
+    dma_queues: int
+    dma_queue_bytes_per_ns: float
+    dma_fixed_ns: float  # a descriptor's start-up, paid per dma_copy on its queue
+    moving_fmax: int  # nc_matmul's largest moving free size into a fp32 PSUM tile
+
+    @property
+    def tensor_peak_flops(self) -> float:
+        """The PE array: 128 × 128 MACs per cycle on bf16/fp16/fp8 operands."""
+        return 2 * 128 * 128 * self.tensor_hz
+
+    @property
+    def dma_bytes_per_s(self) -> float:
+        return self.dma_queues * self.dma_queue_bytes_per_ns * 1e9
+
+
+PROFILES = {
+    "trn2": CoreProfile("trn2", "gen3", 192 * 1024 + 32 * 1024, 16 * 1024, 2.4e9, 0.96e9, 1.2e9, 1.2e9, 16, 23.0,
+                        1300.0, 512),
+    "trn3": CoreProfile("trn3", "gen4", 256 * 1024, 16 * 1024, 2.4e9, 1.2e9, 1.2e9, 1.2e9, 16, 33.0, 1300.0, 4096),
+}
+
+PSUM_BANK_BYTES = 2048
+
+
+def current(name: str | None = None) -> CoreProfile:
+    """The named profile, or the one the neuron runtime runs (TORCH_NEURONX_PROFILE)."""
+    if name is None:
+        from .. import _C
+
+        name = _C._runtime_config()["profile"]
+    if name not in PROFILES:
+        raise ValueError(f"nki: unknown profile {name!r}; known: {', '.join(PROFILES)}")
+    return PROFILES[name]

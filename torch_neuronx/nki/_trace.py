@@ -1,0 +1,223 @@
+"""Tracing an NKI kernel into a program, once per signature.
+
+The kernel's Python runs once on `NkiTensor`s that hold shapes and dtypes only: loops unroll, and
+each `nisa` call checks the hardware's rules at the call and appends one instruction. An
+instruction records what it reads and writes (for the cost model's dependencies and the
+allocator's lifetimes), its engine and cost, the kernel line, and the whole-tile steps that
+execute it (csrc/nki/program.h). After the trace, a first-fit allocator places every SBUF tile
+and PSUM tile in its partition rows by lifetime (so capacity is checked on what is live at once,
+as the compiler's allocator does), and the steps become one native program.
+"""
+from __future__ import annotations
+
+import math
+import threading
+
+import torch
+
+from .. import _C
+from . import _profile
+from ._errors import NkiTraceError, NkiValidationError, kernel_line
+from ._tensor import HBM, ON_CHIP, PSUM, SBUF, SHARED_HBM, NkiTensor, Storage
+
+_state = threading.local()
+
+# Step codes and operand spaces of csrc/nki/program.h.
+COPY, FILL, ACTIVATE, BINARY, REDUCE, MATMUL, TRANSPOSE, WHERE, TOP8, PARTITION_REDUCE = range(10)
+_HBM, _SBUF, _PSUM, _CONST, _REG = range(5)
+ACCUMULATOR = 7  # the register activation's reduce_cmd accumulates into
+REGISTERS = 8
+_ALIGN = 64
+
+
+def active() -> "Trace":
+    trace = getattr(_state, "trace", None)
+    if trace is None:
+        raise NkiTraceError("nki.language and nki.isa calls run only inside a kernel traced by nki.jit")
+    return trace
+
+
+class Instr:
+    __slots__ = ("name", "engine", "cycles", "dma_bytes", "dma_row_bytes", "reads", "writes", "steps", "flops",
+                 "line")
+
+    def __repr__(self):
+        return f"Instr({self.name} on {self.engine}, line {self.line})"
+
+
+def _span(t: NkiTensor) -> tuple:
+    """The elements a view touches, as an interval of its storage's dense layout."""
+    lo = hi = t.offset
+    for n, s in zip(t.shape, t.strides):
+        if n > 1:
+            if s >= 0:
+                hi += (n - 1) * s
+            else:
+                lo += (n - 1) * s
+    return lo, hi + 1
+
+
+class Trace:
+    def __init__(self, profile: _profile.CoreProfile, strict: bool):
+        self.profile, self.strict = profile, strict
+        self.instrs: list[Instr] = []
+        self.storages: list[Storage] = []
+        self.hbm: list[Storage] = []
+        self.constants: list[torch.Tensor] = []
+        self.shared: list[Storage] = []  # shared_hbm allocations, by order (every SPMD instance shares them)
+        self.shared_cursor = 0
+        self.program_id, self.grid = (0,), (1,)
+        self.matmul_open: dict = {}  # PSUM storage id -> {view key: True} opened by a matmul
+        self.psum_other: set = set()  # PSUM storages another instruction wrote
+        self._reg = 0
+
+    def __enter__(self):
+        self._outer = getattr(_state, "trace", None)
+        _state.trace = self
+        return self
+
+    def __exit__(self, *exc):
+        _state.trace = self._outer
+
+    # --- memory -------------------------------------------------------------------------------
+    def allocate(self, buffer, shape, dtype, name="") -> NkiTensor:
+        shape = tuple(int(n) for n in shape)
+        line = kernel_line()
+        if buffer == SHARED_HBM:
+            if self.shared_cursor < len(self.shared):  # another SPMD instance: the same output
+                st = self.shared[self.shared_cursor]
+                if st.shape != shape or st.dtype != dtype:
+                    raise NkiValidationError(f"nki: ndarray: SPMD instances allocate different shared_hbm tensors "
+                                             f"({st.shape} {st.dtype} and {shape} {dtype})\n  at {line}")
+                self.shared_cursor += 1
+                return NkiTensor(st)
+            st = Storage(buffer, shape, dtype, name, ("out", len(self.shared)), line)
+            self.shared.append(st)
+            self.shared_cursor += 1
+        elif buffer == HBM:
+            st = Storage(buffer, shape, dtype, name, ("scratch", 0), line)
+        else:
+            st = Storage(buffer, shape, dtype, name, None, line)
+            self._check_tile(st)
+        self.storages.append(st)
+        return NkiTensor(st)
+
+    def _check_tile(self, st: Storage):
+        p = self.profile
+        if len(st.shape) < 2:
+            raise NkiValidationError(f"nki: ndarray: on-chip tensors are at least 2-D ([partition, free...]), got "
+                                     f"shape {st.shape}\n  at {st.line}")
+        if st.shape[0] > 128:
+            raise NkiValidationError(f"nki: ndarray: partition dimension {st.shape[0]} exceeds the 128 partitions "
+                                     f"(nl.tile_size.pmax) of {st.buffer}\n  at {st.line}")
+        capacity = p.sbuf_partition_bytes if st.buffer == SBUF else p.psum_partition_bytes
+        if st.partition_bytes > capacity:
+            raise NkiValidationError(
+                f"nki: ndarray: a {st.buffer} tile of {st.partition_bytes} bytes per partition exceeds the "
+                f"{capacity} bytes each {st.buffer.upper()} partition has on {p.name}\n  at {st.line}")
+
+    def argument(self, shape, dtype, index) -> NkiTensor:
+        st = Storage(HBM, shape, dtype, f"arg{index}", ("arg", index), None)
+        self.storages.append(st)
+        return NkiTensor(st)
+
+    def reg(self, shape) -> tuple:
+        self._reg = (self._reg + 1) % ACCUMULATOR
+        return ("reg", self._reg, tuple(shape))
+
+    def const(self, value: torch.Tensor) -> tuple:
+        self.constants.append(value.contiguous())
+        return ("const", len(self.constants) - 1, tuple(value.shape), value.dtype)
+
+    # --- instructions -------------------------------------------------------------------------
+    def emit(self, name, engine, *, reads, writes, steps, cycles=0, dma=None, flops=0) -> Instr:
+        ins = Instr()
+        ins.name, ins.engine, ins.cycles, ins.steps, ins.flops = name, engine, cycles, steps, flops
+        ins.dma_bytes, ins.dma_row_bytes = dma if dma else (0, 0)
+        ins.reads = [(t.storage, *_span(t)) for t in reads if isinstance(t, NkiTensor)]
+        ins.writes = [(t.storage, *_span(t)) for t in writes if isinstance(t, NkiTensor)]
+        ins.line = kernel_line()
+        index = len(self.instrs)
+        for st, _, _ in ins.reads + ins.writes:
+            if st.first is None:
+                st.first = index
+            st.last = index
+        for st, _, _ in ins.writes:
+            if st.buffer == PSUM and name != "nc_matmul":
+                self.psum_other.add(st.id)
+                self.matmul_open.pop(st.id, None)
+        self.instrs.append(ins)
+        return ins
+
+    # --- the program --------------------------------------------------------------------------
+    def _place(self, buffer, capacity, unit) -> int:
+        """First-fit by lifetime; returns the bytes of each partition row the program uses."""
+        tiles = sorted((s for s in self.storages if s.buffer == buffer and s.first is not None),
+                       key=lambda s: (s.first, s.id))
+        live, used = [], 0
+        for st in tiles:
+            live = [t for t in live if t.last >= st.first]
+            size = -(-st.partition_bytes // unit) * unit
+            taken = sorted((t.address, t.address + -(-t.partition_bytes // unit) * unit) for t in live)
+            start = 0
+            for lo, hi in taken:
+                if start + size <= lo:
+                    break
+                start = max(start, hi)
+            if start + size > capacity:
+                held = sum(-(-t.partition_bytes // unit) * unit for t in live)
+                raise NkiValidationError(
+                    f"nki: {buffer} capacity: a {buffer} tile of {st.partition_bytes} bytes per partition does not "
+                    f"fit beside the {held} bytes per partition of {len(live)} live {buffer} tiles; "
+                    f"{self.profile.name} has {capacity} bytes per partition"
+                    + (f" ({capacity // unit} banks of {unit} bytes)" if buffer == PSUM else "")
+                    + f"\n  at {st.line}")
+            st.address = start
+            live.append(st)
+            used = max(used, start + size)
+        return used
+
+    def operand(self, o, rows) -> tuple:
+        if isinstance(o, tuple):
+            if o[0] == "reg":
+                return (_REG, o[1], torch.float32, 0, o[2], ())
+            _, index, shape, dtype = o
+            strides = [1] * len(shape)
+            for d in range(len(shape) - 2, -1, -1):
+                strides[d] = strides[d + 1] * shape[d + 1]
+            return (_CONST, index, dtype, 0, shape, tuple(strides))
+        st, item = o.storage, o.dtype.itemsize
+        if st.buffer not in ON_CHIP:
+            return (_HBM, self.hbm.index(st), o.dtype, o.offset * item, o.shape, o.strides)
+        row = rows[st.buffer]
+        free = st.free_elements
+        p0, f0 = divmod(o.offset, free)
+        strides = list(o.strides)
+        strides[0] = (o.strides[0] // free) * (row // item) if o.shape[0] > 1 else row // item
+        space = _SBUF if st.buffer == SBUF else _PSUM
+        return (space, 0, o.dtype, st.address + p0 * row + f0 * item, o.shape, tuple(strides))
+
+    def build(self, name: str):
+        p = self.profile
+        rows = {SBUF: self._place(SBUF, p.sbuf_partition_bytes, _ALIGN),
+                PSUM: self._place(PSUM, p.psum_partition_bytes, _profile.PSUM_BANK_BYTES)}
+        order = {"arg": 0, "out": 1, "scratch": 2}
+        self.hbm = sorted((s for s in self.storages if s.buffer in (HBM, SHARED_HBM)),
+                          key=lambda s: (order[s.role[0]], s.role[1], s.id))
+        poison = {}
+        if self.strict:  # a fresh tile reads as NaN (floats) or its dtype's largest value until written
+            for st in self.storages:
+                if st.buffer in ON_CHIP and st.first is not None:
+                    poison.setdefault(st.first, []).append(st)
+        steps = []
+        for i, ins in enumerate(self.instrs):
+            for st in poison.get(i, ()):
+                value = math.nan if st.dtype.is_floating_point else float(_largest(st.dtype))
+                steps.append((FILL, [self.operand(NkiTensor(st), rows)], [], [value]))
+            for op, operands, ints, floats in ins.steps:
+                steps.append((op, [self.operand(o, rows) for o in operands], list(ints), list(floats)))
+        return _C._NkiProgram(name, steps, self.constants, rows[SBUF], rows[PSUM], REGISTERS)
+
+
+def _largest(dtype):
+    return True if dtype == torch.bool else torch.iinfo(dtype).max

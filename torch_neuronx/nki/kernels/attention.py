@@ -1,0 +1,96 @@
+"""Flash-attention forward: softmax(q kᵀ · scale [+ causal mask]) v without materialising the
+scores, one 128-query tile at a time against 512-key tiles, with the running max and sum of the
+online softmax on the Vector and Scalar engines. Grouped-query attention reads kv head
+h // (q_heads // kv_heads). q: [batch, q_heads, seq_q, d], k and v: [batch, kv_heads, seq_k, d],
+d ≤ 128; the causal mask aligns the first query with the first key (PyTorch's is_causal)."""
+import math
+
+from .. import isa as nisa
+from .. import jit
+from .. import language as nl
+
+_NEG = -3.0e38  # the masked score: exp() of it minus any real max is 0
+
+
+def _transposed(src, rows, cols, dtype):
+    """src [rows ≤ 128, cols ≤ 128] (SBUF) transposed on the PE array, copied back to SBUF."""
+    tp = nl.ndarray((128, 128), dtype=src.dtype, buffer=nl.psum)
+    nisa.nc_transpose(dst=tp[0:cols, 0:rows], data=src)
+    out = nl.ndarray((128, 128), dtype=dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=out[0:cols, 0:rows], src=tp[0:cols, 0:rows])
+    return out
+
+
+@jit
+def flash_attention_fwd(q, k, v, causal=True, scale=None):
+    batch, q_heads, seq_q, d = q.shape
+    _, kv_heads, seq_k, _ = k.shape
+    assert d <= 128, f"flash_attention_fwd: head size {d} exceeds 128"
+    assert q_heads % kv_heads == 0, f"flash_attention_fwd: {q_heads} query heads over {kv_heads} kv heads"
+    group = q_heads // kv_heads
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    out = nl.ndarray(q.shape, dtype=q.dtype, buffer=nl.shared_hbm)
+    for b in range(batch):
+        for h in range(q_heads):
+            kvh = h // group
+            for q0 in range(0, seq_q, 128):
+                pq = min(128, seq_q - q0)
+                q_sb = nl.ndarray((128, d), dtype=q.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=q_sb[0:pq], src=q[b, h, q0:q0 + pq, :])
+                q_t = _transposed(q_sb[0:pq], pq, d, q.dtype)  # [d, pq]: the stationary operand
+                m = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.memset(dst=m[0:pq], value=_NEG)
+                l_sum = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.memset(dst=l_sum[0:pq], value=0.0)
+                acc = nl.ndarray((128, d), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.memset(dst=acc[0:pq], value=0.0)
+                k_end = min(seq_k, q0 + pq) if causal else seq_k
+                for k0 in range(0, k_end, 512):
+                    pk = min(512, k_end - k0)
+                    k_t = nl.ndarray((128, 512), dtype=k.dtype, buffer=nl.sbuf)  # [d, pk]
+                    v_sb = []
+                    for c in range(0, pk, 128):
+                        pc = min(128, pk - c)
+                        k_sb = nl.ndarray((128, d), dtype=k.dtype, buffer=nl.sbuf)
+                        nisa.dma_copy(dst=k_sb[0:pc], src=k[b, kvh, k0 + c:k0 + c + pc, :])
+                        tp = nl.ndarray((128, 128), dtype=k.dtype, buffer=nl.psum)
+                        nisa.nc_transpose(dst=tp[0:d, 0:pc], data=k_sb[0:pc])
+                        nisa.tensor_copy(dst=k_t[0:d, c:c + pc], src=tp[0:d, 0:pc])
+                        vt = nl.ndarray((128, d), dtype=v.dtype, buffer=nl.sbuf)
+                        nisa.dma_copy(dst=vt[0:pc], src=v[b, kvh, k0 + c:k0 + c + pc, :])
+                        v_sb.append((c, pc, vt))
+                    s_ps = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=s_ps[0:pq, 0:pk], stationary=q_t[0:d, 0:pq], moving=k_t[0:d, 0:pk])
+                    s = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.tensor_scalar(dst=s[0:pq, 0:pk], data=s_ps[0:pq, 0:pk], op0=nl.multiply, operand0=scale)
+                    if causal and k0 + pk > q0:  # keys past a query are masked: keep (q0 + i) - (k0 + j) >= 0
+                        nisa.affine_select(dst=s[0:pq, 0:pk], pattern=[[-1, pk]], channel_multiplier=1,
+                                           on_true_tile=s[0:pq, 0:pk], on_false_value=_NEG,
+                                           cmp_op=nl.greater_equal, offset=q0 - k0)
+                    m_new = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.tensor_reduce(dst=m_new[0:pq], op=nl.maximum, data=s[0:pq, 0:pk], axis=1)
+                    nisa.tensor_tensor(dst=m_new[0:pq], data1=m_new[0:pq], data2=m[0:pq], op=nl.maximum)
+                    neg_m = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.tensor_scalar(dst=neg_m[0:pq], data=m_new[0:pq], op0=nl.multiply, operand0=-1.0)
+                    alpha = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.activation(dst=alpha[0:pq], op=nl.exp, data=m[0:pq], bias=neg_m[0:pq])
+                    p = nl.ndarray((128, 512), dtype=v.dtype, buffer=nl.sbuf)
+                    row_sum = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.activation_reduce(dst=p[0:pq, 0:pk], op=nl.exp, data=s[0:pq, 0:pk], reduce_op=nl.add,
+                                           reduce_res=row_sum[0:pq], bias=neg_m[0:pq])
+                    nisa.scalar_tensor_tensor(dst=l_sum[0:pq], data=l_sum[0:pq], op0=nl.multiply,
+                                              operand0=alpha[0:pq], op1=nl.add, operand1=row_sum[0:pq])
+                    pv = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                    for i, (c, pc, vt) in enumerate(v_sb):
+                        p_t = _transposed(p[0:pq, c:c + pc], pq, pc, v.dtype)  # [pc, pq]
+                        nisa.nc_matmul(dst=pv[0:pq, 0:d], stationary=p_t[0:pc, 0:pq], moving=vt[0:pc],
+                                       accumulate=i > 0)
+                    nisa.scalar_tensor_tensor(dst=acc[0:pq], data=acc[0:pq], op0=nl.multiply, operand0=alpha[0:pq],
+                                              op1=nl.add, operand1=pv[0:pq, 0:d])
+                    nisa.tensor_copy(dst=m[0:pq], src=m_new[0:pq])
+                inv = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.reciprocal(dst=inv[0:pq], data=l_sum[0:pq])
+                o = nl.ndarray((128, d), dtype=q.dtype, buffer=nl.sbuf)
+                nisa.tensor_scalar(dst=o[0:pq], data=acc[0:pq], op0=nl.multiply, operand0=inv[0:pq])
+                nisa.dma_copy(dst=out[b, h, q0:q0 + pq, :], src=o[0:pq])
+    return out
