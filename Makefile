@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.requirements-stamp
 RT_BUILD := build/runtime-tests
 RT_CMAKE := -G Ninja -DNEURONX_BUILD_EXTENSION=OFF -DNEURONX_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all sysdeps venv install lint runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile bench-collectives conformance hf-matrix upstream-tests clean
+.PHONY: all sysdeps venv install lint runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile bench-collectives bench-nki conformance hf-matrix upstream-tests clean
 
 all: install
 
@@ -74,6 +74,9 @@ bench-compile: install
 
 bench-collectives: install
 	$(PY) -P benchmarks/collectives.py
+
+bench-nki: install
+	$(PY) -P benchmarks/nki.py
 
 # The whole OpInfo database on neuron against CPU (long; progress on stderr). Report in
 # conformance-report/; fails on a regression or a stale expected failure.

@@ -3,6 +3,7 @@
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/native/CPUBlas.h>
+#include <dlfcn.h>
 
 #include <cmath>
 #include <utility>
@@ -168,6 +169,38 @@ at::Tensor reduce_trailing(int64_t op, const at::Tensor& x, int64_t first) {
   }
 }
 
+// activate(), in place where ATen has the in-place op (x is a scratch fp32 copy).
+at::Tensor activate_(int64_t fn, at::Tensor& x) {
+  switch (fn) {
+    case 0:
+      return x;
+    case 1:
+      return x.exp_();
+    case 2:
+      return x.log_();
+    case 3:
+      return x.tanh_();
+    case 4:
+      return x.sigmoid_();
+    case 5:
+      return x.relu_();
+    case 9:
+      return x.sqrt_();
+    case 10:
+      return x.rsqrt_();
+    case 11:
+      return x.reciprocal_();
+    case 12:
+      return x.abs_();
+    case 13:
+      return x.neg_();
+    case 14:
+      return x.mul_(x);
+    default:
+      return activate(fn, x);
+  }
+}
+
 bool is_integral(const at::Tensor& t) { return c10::isIntegralType(t.scalar_type(), /*includeBool=*/true); }
 
 // The engines compute in fp32 (integer ALU ops on integer tiles stay integral).
@@ -183,28 +216,14 @@ void matmul(const at::Tensor& dst, const at::Tensor& st, const at::Tensor& mv, b
   const auto st_type = s.scalar_type();
   const bool blas = d.scalar_type() == at::kFloat && d.stride(1) == 1 && s.stride(1) == 1 && v.stride(1) == 1 &&
                     st_type == v.scalar_type() && d.stride(0) >= n && s.stride(0) >= m && v.stride(0) >= n;
-  if (blas && (st_type == at::kBFloat16 || st_type == at::kHalf) && at::native::cpublas::could_pack(st_type)) {
-    // The host's batch-reduce GEMM microkernel: stationaryᵀ (m×k) times moving packed as its
-    // VNNI layout wants (k×n), accumulating into the fp32 PSUM rows.
-    const at::Tensor a = s.t().contiguous();
-    const int64_t ld_b = n % 16 == 0 ? n : (n + 15) / 16 * 16;
-    at::Tensor b = at::empty({k + (k % 2), ld_b}, v.options());
-    at::native::cpublas::pack(k, n, v.stride(0), ld_b, st_type, st_type, v.const_data_ptr(), b.data_ptr());
-    if (st_type == at::kBFloat16) {
-      at::native::cpublas::brgemm(m, n, k, k, ld_b, d.stride(0), accumulate, a.const_data_ptr<at::BFloat16>(),
-                                  b.const_data_ptr<at::BFloat16>(), d.data_ptr<float>());
-    } else {
-      at::native::cpublas::brgemm(m, n, k, k, ld_b, d.stride(0), accumulate, a.const_data_ptr<at::Half>(),
-                                  b.const_data_ptr<at::Half>(), d.data_ptr<float>());
-    }
+  if (false) {
   } else if (st_type == at::kFloat && v.scalar_type() == at::kFloat && d.scalar_type() == at::kFloat) {
     d.addmm_(s.t(), v, beta, 1.0f);  // beta 0 ignores what PSUM held, NaN included
   } else {
-    const at::Tensor r = at::mm(fp32(s).t(), fp32(v));
-    if (accumulate)
-      d.add_(r);
+    if (d.scalar_type() == at::kFloat)
+      d.addmm_(fp32(s).t(), fp32(v), beta, 1.0f);
     else
-      d.copy_(r);
+      d.copy_(at::mm(fp32(s).t(), fp32(v)));
   }
 }
 
@@ -252,13 +271,60 @@ class Memory {
   std::vector<at::Tensor> regs_;
 };
 
+// A program runs on one host thread but for its largest matmuls. Its steps are tile-sized, and an
+// OpenMP team woken per step costs more than the step: libgomp stops spinning between regions once
+// the host thread's team and a queue worker's together outnumber the cores, so each region waits
+// for a futex wake-up. The OpenMP thread count is per thread; MKL follows it. Without OpenMP this
+// does nothing.
+class Threads {
+ public:
+  explicit Threads(int n) {
+    if (api().set) {
+      saved_ = api().get();
+      api().set(n);
+    }
+  }
+  ~Threads() {
+    if (api().set) api().set(saved_);
+  }
+  int saved() const { return saved_; }
+
+ private:
+  struct Api {
+    int (*get)() = nullptr;
+    void (*set)(int) = nullptr;
+  };
+  static const Api& api() {
+    static const Api a = [] {
+      Api r;
+      r.get = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+      r.set = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+      if (!r.get) r.set = nullptr;
+      return r;
+    }();
+    return a;
+  }
+  int saved_ = 1;
+};
+
 at::Tensor operand_or_scalar(Memory& mem, const Step& s, size_t which, bool scalar, double value, bool integral) {
   if (scalar) return integral ? at::scalar_tensor(static_cast<int64_t>(value), at::kLong) : at::scalar_tensor(value);
   at::Tensor t = mem.view(s.operands.at(which));
   return integral ? t : fp32(t);
 }
 
-void execute(Memory& mem, const Step& s) {
+// Steps this large take the thread team: they outlast its wake-up. (Multiply-adds of a matmul,
+// elements written by any other step.)
+constexpr int64_t kTeamMatmul = int64_t{1} << 23;
+constexpr int64_t kTeamElements = int64_t{1} << 17;
+
+int64_t numel(const Operand& o) {
+  int64_t n = 1;
+  for (auto v : o.sizes) n *= v;
+  return n;
+}
+
+void execute(Memory& mem, const Step& s, int team) {
   const auto& o = s.operands;
   switch (s.op) {
     case kCopy:
@@ -268,17 +334,18 @@ void execute(Memory& mem, const Step& s) {
       mem.view(o[0]).fill_(s.f[0]);
       return;
     case kActivate: {
-      at::Tensor x = fp32(mem.view(o[1]));
+      // One fp32 working copy, scaled, biased and activated in place.
+      at::Tensor x = mem.view(o[1]).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
       size_t next = 2;
       if (s.i[1])
-        x = x * fp32(mem.view(o[next++]));
+        x.mul_(mem.view(o[next++]));
       else if (s.f[0] != 1.0)
-        x = x * s.f[0];
+        x.mul_(s.f[0]);
       if (s.i[2])
-        x = x + fp32(mem.view(o[next++]));
+        x.add_(mem.view(o[next++]));
       else if (s.f[1] != 0.0)
-        x = x + s.f[1];
-      mem.write(o[0], activate(s.i[0], x));
+        x.add_(s.f[1]);
+      mem.write(o[0], activate_(s.i[0], x));
       return;
     }
     case kBinary: {
@@ -298,6 +365,8 @@ void execute(Memory& mem, const Step& s) {
     }
     case kMatmul: {
       const at::Tensor dst = mem.view(o[0]);
+      const at::Tensor st = mem.view(o[1]);
+      const Threads threads(st.numel() * dst.size(-1) >= kTeamMatmul ? team : 1);
       if (dst.scalar_type() == at::kFloat) {
         matmul(dst, mem.view(o[1]), mem.view(o[2]), s.i[0] != 0);
       } else {  // a bf16 PSUM destination (NeuronCore-v4): accumulate in fp32, then round
@@ -362,8 +431,13 @@ Program::Program(std::string name, std::vector<Step> steps, std::vector<at::Tens
       registers_(registers) {}
 
 void Program::run(const std::vector<at::Tensor>& hbm) const {
+  const Threads one(1);
   Memory mem(hbm, constants_, sbuf_row_, psum_row_, registers_);
-  for (const Step& s : steps_) execute(mem, s);
+  for (const Step& s : steps_) {
+    const bool big = s.op != kMatmul && !s.operands.empty() && numel(s.operands[0]) >= kTeamElements;
+    const Threads threads(big ? one.saved() : 1);
+    execute(mem, s, one.saved());
+  }
 }
 
 void Program::launch(const std::vector<at::Tensor>& hbm) const {

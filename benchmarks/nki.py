@@ -1,0 +1,69 @@
+"""NKI on the software NeuronCore: the library kernels (torch_neuronx.nki.kernels) against the
+equivalent torch op on neuron, measured in the same run, and the cost model's Trainium estimate of
+each kernel with its TFLOP/s. Issue #24's targets: matmul 1024² bf16 ≤ 2× torch.mm, rmsnorm
+[4096, 1024] ≤ 3× F.rms_norm, flash-attention forward [1, 8, 1024, 64] ≤ 3× SDPA; the Trn2
+estimate of the library matmul on 4096² bf16 within 1.5× of the Tensor Engine's roofline.
+Run on a quiet machine: `make bench-nki`.
+"""
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+
+import torch_neuronx  # noqa: F401
+import torch_neuronx.nki as nki
+from torch_neuronx.nki import _profile, kernels
+
+N = "neuron"
+
+
+def timed(fn, iters):
+    fn()
+    torch.neuron.synchronize()
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        torch.neuron.synchronize()
+        best = min(best, (time.perf_counter() - start) / iters)
+    return best
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--iters", type=int, default=5)
+    args = p.parse_args()
+    bf16 = torch.bfloat16
+    a, b = torch.randn(1024, 1024, dtype=bf16, device=N), torch.randn(1024, 1024, dtype=bf16, device=N)
+    x, w = torch.randn(4096, 1024, dtype=bf16, device=N), torch.randn(1024, dtype=bf16, device=N)
+    q, k, v = (torch.randn(1, 8, 1024, 64, dtype=bf16, device=N) for _ in range(3))
+    cases = [
+        ("matmul 1024x1024 bf16", kernels.matmul, (a, b), lambda: a @ b, 2.0, 2 * 1024 ** 3),
+        ("rmsnorm [4096, 1024] bf16", kernels.rmsnorm, (x, w, 1e-6), lambda: F.rms_norm(x, (1024,), w, 1e-6), 3.0,
+         4 * 4096 * 1024),
+        ("flash-attn fwd [1,8,1024,64] causal", kernels.flash_attention_fwd, (q, k, v, True),
+         lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), 3.0, 2 * 2 * 8 * 1024 * 1024 * 64 // 2),
+    ]
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; neuron = {torch.neuron.get_device_name()}\n")
+    print(f"{'kernel':<38}{'nki ms':>9}{'torch ms':>10}{'ratio':>8}{'target':>8}   trn2 estimate")
+    for name, kernel, kargs, torch_fn, target, flops in cases:
+        nki_s = timed(lambda: kernel(*kargs), args.iters)
+        torch_s = timed(torch_fn, args.iters)
+        est = nki.estimate(kernel, profile="trn2")(*kargs)
+        print(f"{name:<38}{nki_s * 1e3:>9.2f}{torch_s * 1e3:>10.2f}{nki_s / torch_s:>7.2f}x{'<= ' + str(target):>8}   "
+              f"{est.latency_us:9.1f} us, {flops / est.latency_us / 1e6:6.2f} TFLOP/s")
+    big = torch.zeros(4096, 4096, dtype=bf16)
+    for profile in ("trn2", "trn3"):
+        est = nki.estimate(kernels.matmul, profile=profile)(big, big)
+        core = _profile.current(profile)
+        roofline_us = 2 * 4096 ** 3 / core.tensor_peak_flops * 1e6
+        print(f"\nmatmul 4096x4096 bf16 on {profile}: estimate {est.latency_us:.0f} us, Tensor Engine roofline "
+              f"{roofline_us:.0f} us -> {est.latency_us / roofline_us:.2f}x roofline (target <= 1.5x on trn2), "
+              f"{est.tflops:.1f} of {core.tensor_peak_flops / 1e12:.1f} peak TFLOP/s")
+        print("  " + str(est).replace("\n", "\n  "))
+
+
+if __name__ == "__main__":
+    main()
