@@ -81,6 +81,11 @@ from . import multiprocessing as _multiprocessing  # noqa: E402
 
 _multiprocessing.register()
 from .compile import compile_stats, reset_compile_stats  # noqa: E402
+
+if _C._config_text("TORCH_NEURONX_KERNELS") not in ("", "cpu"):
+    from .nki import eager as _nki_eager
+
+    _nki_eager.install()
 from .ops import (  # noqa: E402
     explain,
     op_counts,

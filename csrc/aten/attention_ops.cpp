@@ -18,6 +18,7 @@
 #include <numeric>
 #include <vector>
 
+#include "nki/kernel_source.h"
 #include "pipeline/op_record.h"
 
 namespace torch_neuronx {
@@ -95,11 +96,22 @@ Tensor in_query_layout(const Tensor& query, const Tensor& out) {
 std::tuple<Tensor, Tensor, Tensor, Tensor, c10::SymInt, c10::SymInt, Tensor, Tensor, Tensor> fused_attention(
     const Tensor& query, const Tensor& key, const Tensor& value, const std::optional<Tensor>& attn_bias,
     double dropout_p, bool is_causal, bool /*return_debug_mask*/, std::optional<double> scale) {
+  const Tensor seed = at::empty({}, query.options().dtype(at::kLong));
+  const Tensor offset = at::empty({}, query.options().dtype(at::kLong));
+  if (C10_UNLIKELY(nki::source_active.load(std::memory_order_relaxed)) && fused_rec.nki_source.load()) {
+    const std::vector<c10::IValue> args{query, key, value, attn_bias, dropout_p, is_causal, /*return_debug_mask=*/false,
+                                        scale};
+    if (auto program = nki::program_for(fused_rec, args)) {
+      const Tensor out = at::empty(query.sizes(), query.options());
+      const Tensor lse = at::empty({query.size(0), query.size(1), query.size(2)}, query.options().dtype(at::kFloat));
+      nki::launch_program(query.device().index(), fused_rec, std::move(program), args, {out, lse});
+      return {in_query_layout(query, out), lse,  Tensor(), Tensor(), c10::SymInt(query.size(-2)),
+              c10::SymInt(key.size(-2)),   seed, offset,   Tensor()};
+    }
+  }
   fused_rec.count(Mode::kAsync);
   auto [out, logsumexp] =
       at::_scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, attn_bias, scale);
-  const Tensor seed = at::empty({}, query.options().dtype(at::kLong));
-  const Tensor offset = at::empty({}, query.options().dtype(at::kLong));
   return {in_query_layout(query, out),
           logsumexp.contiguous(),
           Tensor(),

@@ -23,6 +23,7 @@
 #include "exec/device_check.h"
 #include "exec/executor.h"
 #include "exec/tensor_desc.h"
+#include "nki/kernel_source.h"
 #include "pipeline/first_call.h"
 #include "pipeline/op_record.h"
 
@@ -222,6 +223,9 @@ std::array<at::Tensor, N> structured_functional(OpRecord& rec, Kernel kernel, co
   FunctionalOp<Meta, N> op;
   op.device = check_args(rec.name.c_str(), args...);
   op.meta(meta_arg(args)...);
+  if (C10_UNLIKELY(nki::source_active.load(std::memory_order_relaxed)) &&
+      nki::run_from_source<N>(op.device, rec, op.outputs_, args...))
+    return op.outputs_;
   queue_kernel<N>(op.device, rec, kernel, op.outputs_, args...);
   return op.outputs_;
 }

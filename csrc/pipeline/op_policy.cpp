@@ -513,6 +513,9 @@ std::string explain(const std::string& name) {
       if (const int64_t w = r->first_waits.load())
         out << " (" << w << " async calls waited: the first of their signature)";
       if (!r->typed) out << " (meta kernel asked " << r->meta_calls.load() << " times)";
+      if (r->nki_source.load())
+        out << "; TORCH_NEURONX_KERNELS=nki: calls whose shapes and dtypes fit run the NKI library kernel "
+            << r->nki_kernel << " in their task instead of the CPU kernel (" << r->nki_calls.load() << " did)";
       for (Mode m : {Mode::kSync, Mode::kCopy}) {
         for (const auto& [why, n] : r->call_reasons(m)) out << "; " << n << " " << mode_name(m) << " because " << why;
       }

@@ -75,6 +75,7 @@ std::vector<OpRecord*> all_records() {
 void OpRecord::reset_counts() {
   for (auto& c : calls) c.store(0, std::memory_order_relaxed);
   first_waits.store(0, std::memory_order_relaxed);
+  nki_calls.store(0, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& m : reasons_) m.clear();
 }

@@ -55,6 +55,12 @@ struct OpRecord {
   // resized (as CPU kernels give it; meta kernels written in Python keep it contiguous).
   std::optional<c10::OperatorHandle> functional_op;
 
+  // TORCH_NEURONX_KERNELS=nki: a library kernel serves the op's calls that fit it
+  // (nki/kernel_source.h); how many did.
+  std::atomic<bool> nki_source{false};
+  std::string nki_kernel;  // which kernel, for explain(); written before nki_source is set
+  std::atomic<int64_t> nki_calls{0};
+
   std::array<std::atomic<int64_t>, 3> calls{};
   // Async calls that waited for their kernel: the first of each signature (pipeline/first_call.h).
   std::atomic<int64_t> first_waits{0};

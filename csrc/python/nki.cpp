@@ -1,10 +1,13 @@
 // Bindings of NKI programs (csrc/nki/program.h): torch_neuronx/nki/_trace.py builds one per
 // kernel signature from plain tuples, then runs it on host tensors or launches it on neuron.
 #include <torch/csrc/Dtype.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <map>
 #include <memory>
 
+#include "nki/kernel_source.h"
 #include "nki/program.h"
 
 namespace py = pybind11;
@@ -41,7 +44,21 @@ nki::Step to_step(const py::handle& h) {
   return s;
 }
 
+py::object& kernel_source() {
+  static auto* fn = new py::object();  // leaked: queue workers may outlive the interpreter's teardown
+  return *fn;
+}
+
 }  // namespace
+
+std::shared_ptr<const nki::Program> nki::program_for(OpRecord& rec, const std::vector<c10::IValue>& args) {
+  py::gil_scoped_acquire gil;
+  py::tuple values(args.size());
+  for (size_t i = 0; i < args.size(); ++i) values[i] = torch::jit::toPyObject(args[i]);
+  py::object program = kernel_source()(rec.name, values);
+  if (program.is_none()) return nullptr;
+  return program.cast<std::shared_ptr<nki::Program>>();
+}
 
 void init_nki_bindings(py::module& m) {
   py::class_<nki::Program, std::shared_ptr<nki::Program>>(m, "_NkiProgram")
@@ -58,6 +75,18 @@ void init_nki_bindings(py::module& m) {
           "run", [](const nki::Program& p, const std::vector<at::Tensor>& hbm) { p.run(hbm); },
           py::call_guard<py::gil_scoped_release>())
       .def("launch", [](const nki::Program& p, const std::vector<at::Tensor>& hbm) { p.launch(hbm); });
+  // TORCH_NEURONX_KERNELS=nki (torch_neuronx/nki/eager.py): `source(op_name, args)` answers each
+  // call of the ops named with a program or None; each op's description shows in explain().
+  m.def("_set_nki_kernel_source", [](py::function source, const std::map<std::string, std::string>& ops) {
+    kernel_source() = std::move(source);
+    for (const auto& [name, what] : ops) {
+      OpRecord* rec = find_record(name);
+      TORCH_CHECK(rec && rec->typed, "nki: the kernel source cannot serve ", name, ": it has no typed neuron kernel");
+      rec->nki_kernel = what;
+      rec->nki_source.store(true);
+    }
+    nki::source_active.store(true);
+  });
   m.attr("_nki_activations") = nki::Program::activation_names();
   m.attr("_nki_binaries") = nki::Program::binary_names();
   m.attr("_nki_reductions") = nki::Program::reduce_names();

@@ -2,7 +2,9 @@
 scores, one 128-query tile at a time against 512-key tiles, with the running max and sum of the
 online softmax on the Vector and Scalar engines. Grouped-query attention reads kv head
 h // (q_heads // kv_heads). q: [batch, q_heads, seq_q, d], k and v: [batch, kv_heads, seq_k, d],
-d ≤ 128; the causal mask aligns the first query with the first key (PyTorch's is_causal)."""
+d ≤ 128; the causal mask aligns the first query with the first key (PyTorch's is_causal). With
+return_lse it also returns each row's log-sum-exp [batch, q_heads, seq_q] (fp32), what a flash
+backward needs."""
 import math
 
 from .. import isa as nisa
@@ -22,7 +24,7 @@ def _transposed(src, rows, cols, dtype):
 
 
 @jit
-def flash_attention_fwd(q, k, v, causal=True, scale=None):
+def flash_attention_fwd(q, k, v, causal=True, scale=None, return_lse=False):
     batch, q_heads, seq_q, d = q.shape
     _, kv_heads, seq_k, _ = k.shape
     assert d <= 128, f"flash_attention_fwd: head size {d} exceeds 128"
@@ -30,6 +32,7 @@ def flash_attention_fwd(q, k, v, causal=True, scale=None):
     group = q_heads // kv_heads
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     out = nl.ndarray(q.shape, dtype=q.dtype, buffer=nl.shared_hbm)
+    lse = nl.ndarray((batch, q_heads, seq_q), dtype=nl.float32, buffer=nl.shared_hbm) if return_lse else None
     for b in range(batch):
         for h in range(q_heads):
             kvh = h // group
@@ -93,4 +96,9 @@ def flash_attention_fwd(q, k, v, causal=True, scale=None):
                 o = nl.ndarray((128, d), dtype=q.dtype, buffer=nl.sbuf)
                 nisa.tensor_scalar(dst=o[0:pq], data=acc[0:pq], op0=nl.multiply, operand0=inv[0:pq])
                 nisa.dma_copy(dst=out[b, h, q0:q0 + pq, :], src=o[0:pq])
-    return out
+                if return_lse:  # log-sum-exp of each row's scaled scores: m + log(l)
+                    row = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.activation(dst=row[0:pq], op=nl.log, data=l_sum[0:pq])
+                    nisa.tensor_tensor(dst=row[0:pq], data1=row[0:pq], data2=m[0:pq], op=nl.add)
+                    nisa.dma_copy(dst=lse[b, h, q0:q0 + pq], src=row[0:pq])
+    return (out, lse) if return_lse else out

@@ -1,4 +1,4 @@
-"""C = A @ B, tiled for the PE array.
+"""C = A @ B (and a batch of them), tiled for the PE array.
 
 B stays resident in SBUF a column block at a time (as many 512-wide moving tiles as fit a budget),
 so each B element crosses the DMA once; each 128-row block of A is loaded whole (long DMA rows),
@@ -13,10 +13,24 @@ _B_BUDGET = 128 * 1024  # SBUF bytes per partition the resident B block may take
 
 @jit
 def matmul(a, b):
+    assert a.shape[1] == b.shape[0], f"matmul: a is {a.shape}, b is {b.shape}"
+    out = nl.ndarray((a.shape[0], b.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
+    _matmul_into(out, a, b)
+    return out
+
+
+@jit
+def bmm(a, b):
+    assert a.shape[0] == b.shape[0] and a.shape[2] == b.shape[1], f"bmm: a is {a.shape}, b is {b.shape}"
+    out = nl.ndarray((a.shape[0], a.shape[1], b.shape[2]), dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in range(a.shape[0]):
+        _matmul_into(out[i], a[i], b[i])
+    return out
+
+
+def _matmul_into(out, a, b):
     m_size, k_size = a.shape
-    k2, n_size = b.shape
-    assert k_size == k2, f"matmul: a is {a.shape}, b is {b.shape}"
-    out = nl.ndarray((m_size, n_size), dtype=a.dtype, buffer=nl.shared_hbm)
+    n_size = b.shape[1]
     k_tiles = (k_size + 127) // 128
     per_column = k_tiles * b.dtype.itemsize
     block = max(512, min(2048, (_B_BUDGET // per_column) // 512 * 512))
@@ -50,4 +64,3 @@ def matmul(a, b):
                 res = nl.ndarray((128, 512), dtype=out.dtype, buffer=nl.sbuf)
                 nisa.tensor_copy(dst=res[0:pm, 0:nn], src=acc[0:pm, 0:nn])
                 nisa.dma_copy(dst=out[m0:m0 + pm, n0 + j:n0 + j + nn], src=res[0:pm, 0:nn])
-    return out

@@ -1,0 +1,34 @@
+#include "nki/kernel_source.h"
+
+#include <utility>
+
+#include "exec/executor.h"
+#include "exec/tensor_desc.h"
+
+namespace torch_neuronx::nki {
+
+std::atomic<bool> source_active{false};
+
+void launch_program(c10::DeviceIndex device, OpRecord& rec, std::shared_ptr<const Program> program,
+                    const std::vector<c10::IValue>& args, c10::ArrayRef<at::Tensor> outs) {
+  std::vector<TensorDesc> io;
+  for (const auto& a : args)
+    if (a.isTensor() && a.toTensor().defined()) io.push_back(TensorDesc::of(a.toTensor()));
+  for (const auto& o : outs)
+    if (o.defined()) io.push_back(TensorDesc::of(o));
+  const size_t inputs = io.size() - outs.size();
+  rec.count(Mode::kAsync);
+  rec.nki_calls.fetch_add(1, std::memory_order_relaxed);
+  launch(device, rec.name.c_str(), [program = std::move(program), io = std::move(io), inputs] {
+    std::vector<at::Tensor> views;
+    views.reserve(io.size());
+    for (size_t i = 0; i < io.size(); ++i) {
+      at::Tensor v = io[i].view();
+      // The program addresses its inputs densely; an output is allocated dense for it.
+      views.push_back(i < inputs && !v.is_contiguous() ? v.contiguous() : v);
+    }
+    program->run(views);
+  });
+}
+
+}  // namespace torch_neuronx::nki
