@@ -16,6 +16,7 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
     ("diffusers_ddpm.py", "neuron generator"),
     ("generate_static.py", "'recompiles': 0"),
     ("fsdp2_llama.py", "trained with FSDP2 on 2 ranks of neuron"),
+    ("nki_rmsnorm.py", "trained on neuron with the NKI RMSNorm"),
 ])
 def test_example_runs(name, expect):
     r = subprocess.run([sys.executable, os.path.join(EXAMPLES, name)], capture_output=True, text=True, timeout=600,
