@@ -1,4 +1,4 @@
-"""TORCH_NEURONX_KERNELS=nki: eager mm, bmm, _softmax and SDPA forward run the NKI library kernels
+"""TORCH_NEURONX_KERNELS=nki: eager mm, bmm, _softmax, native_layer_norm and SDPA forward run the NKI library kernels
 where they fit (the CPU kernels elsewhere), shown by explain(); a Hugging Face tiny-Llama training
 step matches the CPU. The setting is read when torch_neuronx loads, so each case runs in a fresh
 interpreter."""
@@ -23,6 +23,11 @@ SCRIPT = textwrap.dedent("""
     s = torch.randn(4, 33, 70, dtype=torch.bfloat16)
     out["softmax"] = s.to("neuron").softmax(-1).cpu().float().sub(s.float().softmax(-1)).abs().max().item()
     out["softmax_dim0"] = s.to("neuron").softmax(0).cpu().float().sub(s.float().softmax(0)).abs().max().item()
+    ln = torch.nn.LayerNorm((33, 70))
+    out["layer_norm"] = ln.to("neuron")(s.float().to("neuron")).cpu().sub(ln.cpu()(s.float())).abs().max().item()
+    res = torch.ops.aten.native_layer_norm(s.to("neuron"), [70], None, None, 1e-5)
+    ref = torch.ops.aten.native_layer_norm(s, [70], None, None, 1e-5)
+    out["layer_norm_stats"] = max((a.cpu().float() - b.float()).abs().max().item() for a, b in zip(res, ref))
 
     cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
@@ -45,7 +50,7 @@ SCRIPT = textwrap.dedent("""
         losses[name] = seq
     out["losses"] = losses
     out["explain"] = {op: torch_neuronx.explain(op) for op in
-                      ("aten::mm", "aten::bmm", "aten::_softmax",
+                      ("aten::mm", "aten::bmm", "aten::_softmax", "aten::native_layer_norm",
                        "aten::_scaled_dot_product_fused_attention_overrideable")}
     print(json.dumps(out))
 """)
@@ -63,10 +68,12 @@ def test_nki_kernel_source_serves_eager_ops_and_trains_like_the_cpu():
     for key in ("mm", "mm_big", "bmm"):
         assert out[key] < 1e-3, (key, out[key])
     assert out["softmax"] < 1e-2 and out["softmax_dim0"] < 1e-2
+    assert out["layer_norm"] < 1e-4 and out["layer_norm_stats"] < 5e-2
     for cpu, dev in zip(out["losses"]["cpu"], out["losses"]["neuron"]):
         assert abs(cpu - dev) < 1e-3 * max(1.0, abs(cpu)), out["losses"]
     text = out["explain"]
-    for op in ("aten::mm", "aten::bmm", "aten::_softmax", "aten::_scaled_dot_product_fused_attention_overrideable"):
+    for op in ("aten::mm", "aten::bmm", "aten::_softmax", "aten::native_layer_norm",
+               "aten::_scaled_dot_product_fused_attention_overrideable"):
         assert "TORCH_NEURONX_KERNELS=nki" in text[op] and "did)" in text[op]
     # mm: the matmuls of the tiny Llama and the first case ran the NKI kernel; K > 4096 did not.
     did = int(text["aten::mm"].split("instead of the CPU kernel (")[1].split(" did")[0])

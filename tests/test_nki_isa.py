@@ -578,3 +578,37 @@ def test_cost_of_an_elementwise_kernel_follows_the_profile():
     assert trn2.cycles["vector"] == 2 * 2048  # fp32 tensor_tensor: max(64, 2N) cycles
     assert trn3.latency_us < trn2.latency_us  # faster Vector clock and DMA queues
     assert math.isclose(trn2.busy_us["vector"], 4096 / 0.96e9 * 1e6, rel_tol=1e-9)
+
+
+@nki.jit
+def helpers_kernel(x):
+    out = nl.ndarray((x.shape[0], 4 * x.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    i_p, i_f = nl.mgrid[0:x.shape[0], 0:x.shape[1]]
+    t = nl.load(x[i_p, i_f])
+    r = nl.empty_like(t)
+    nisa.reciprocal(dst=r, data=t)
+    z = nl.zeros_like(t, dtype=nl.float32)
+    f = nl.full(t.shape, 2.5, dtype=nl.float32)
+    cube = t.reshape((x.shape[0], 2, x.shape[1] // 2)).permute((0, 2, 1))  # a strided view
+    c = nl.copy(cube, dtype=nl.float32)
+    w = x.shape[1]
+    nl.store(out[:, 0:w], r)
+    nl.store(out[:, w:2 * w], nl.add(z, f))
+    nl.store(out[:, 2 * w:3 * w], c.reshape((x.shape[0], w)))
+    nl.store(out[:, 3 * w:4 * w], nl.full(t.shape, float(nl.program_ndim()), dtype=nl.float32))
+    return out
+
+
+def test_mgrid_views_reciprocal_and_creation_helpers():
+    x = torch.rand(64, 10) + 0.5
+    got = nki.simulate(helpers_kernel)(x)
+    close(got[:, :10], 1 / x)
+    close(got[:, 10:20], torch.full((64, 10), 2.5))
+    close(got[:, 20:30], x.reshape(64, 2, 5).permute(0, 2, 1).reshape(64, 10))
+    close(got[:, 30:], torch.ones(64, 10))
+
+
+def test_a_view_that_would_move_the_partition_dim_is_refused():
+    def k(x):
+        nl.zeros((128, 8), dtype=nl.float32).permute((1, 0))
+    expect_rule("would move its partition dimension", k, (1, 1))

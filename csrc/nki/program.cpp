@@ -422,13 +422,14 @@ void execute(Memory& mem, const Step& s, int team) {
 }  // namespace
 
 Program::Program(std::string name, std::vector<Step> steps, std::vector<at::Tensor> constants, int64_t sbuf_row,
-                 int64_t psum_row, int registers)
+                 int64_t psum_row, int registers, std::vector<Io> io)
     : name_(std::move(name)),
       steps_(std::move(steps)),
       constants_(std::move(constants)),
       sbuf_row_(sbuf_row),
       psum_row_(psum_row),
-      registers_(registers) {}
+      registers_(registers),
+      io_(std::move(io)) {}
 
 void Program::run(const std::vector<at::Tensor>& hbm) const {
   const Threads one(1);

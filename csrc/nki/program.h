@@ -52,14 +52,20 @@ struct Step {
 class Program : public std::enable_shared_from_this<Program> {
  public:
   // `sbuf_row` and `psum_row`: the bytes of each partition the program addresses.
+  // What the program's HBM tensors are: elements and dtype, arguments then outputs.
+  struct Io {
+    int64_t numel;
+    c10::ScalarType dtype;
+  };
   Program(std::string name, std::vector<Step> steps, std::vector<at::Tensor> constants, int64_t sbuf_row,
-          int64_t psum_row, int registers);
+          int64_t psum_row, int registers, std::vector<Io> io);
   // Runs on `hbm` (CPU tensors or CPU views of device memory, in the kernel's argument order then
   // its outputs), on the calling thread.
   void run(const std::vector<at::Tensor>& hbm) const;
   // Queues the run as one task on the current stream of the tensors' neuron device.
   void launch(const std::vector<at::Tensor>& hbm) const;
   const std::string& name() const { return name_; }
+  const std::vector<Io>& io() const { return io_; }
   size_t size() const { return steps_.size(); }
 
   static const std::vector<std::string>& activation_names();
@@ -72,6 +78,7 @@ class Program : public std::enable_shared_from_this<Program> {
   std::vector<at::Tensor> constants_;
   int64_t sbuf_row_, psum_row_;
   int registers_;
+  std::vector<Io> io_;
 };
 
 }  // namespace torch_neuronx::nki

@@ -15,6 +15,7 @@
 #include "exec/executor.h"
 #include "exec/ivalue_walk.h"
 #include "exec/tensor_desc.h"
+#include "nki/kernel_source.h"
 #include "pipeline/call_args.h"
 #include "pipeline/first_call.h"
 #include "pipeline/runners.h"
@@ -297,6 +298,21 @@ void size_written_args(const c10::FunctionSchema& schema, c10::IValue* args, con
 
 }  // namespace
 
+// TORCH_NEURONX_KERNELS=nki: the call's task runs an NKI library kernel's program where it fits
+// (nki/kernel_source.h); fresh, dense outputs only.
+bool run_from_source(c10::DeviceIndex device, OpRecord& rec, const c10::IValue* args, size_t nargs,
+                     const std::vector<at::Tensor>& outputs) {
+  for (int r : rec.return_arg)
+    if (r >= 0) return false;
+  for (const auto& o : outputs)
+    if (!o.defined() || !o.is_contiguous()) return false;
+  const std::vector<c10::IValue> values(args, args + nargs);
+  auto program = nki::program_for(rec, values);
+  if (!program) return false;
+  nki::launch_program(device, rec, std::move(program), values, outputs);
+  return true;
+}
+
 bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stack* stack, std::string* why) {
   if (rec.no_meta.load(std::memory_order_relaxed)) {
     *why = "its meta kernel is not implemented";
@@ -413,6 +429,12 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
       continue;
     }
     results.push_back(next_return(outputs, &k, answer->output_counts[fresh++]));
+  }
+  if (C10_UNLIKELY(rec.nki_source.load(std::memory_order_relaxed)) &&
+      run_from_source(device, rec, args, nargs, outputs)) {
+    stack->erase(stack->end() - nargs, stack->end());
+    for (auto& r : results) stack->push_back(std::move(r));
+    return true;
   }
   rec.count(Mode::kAsync);
   launch_op(device, rec, std::move(sig), [op, &rec, c = std::move(c)] { run_task(op, rec, c); });

@@ -9,6 +9,7 @@
 
 #include "nki/kernel_source.h"
 #include "nki/program.h"
+#include "pipeline/op_policy.h"
 
 namespace py = pybind11;
 
@@ -63,12 +64,17 @@ std::shared_ptr<const nki::Program> nki::program_for(OpRecord& rec, const std::v
 void init_nki_bindings(py::module& m) {
   py::class_<nki::Program, std::shared_ptr<nki::Program>>(m, "_NkiProgram")
       .def(py::init([](const std::string& name, const py::list& steps, std::vector<at::Tensor> constants,
-                       int64_t sbuf_row, int64_t psum_row, int registers) {
+                       int64_t sbuf_row, int64_t psum_row, int registers, const py::list& io) {
         std::vector<nki::Step> out;
         out.reserve(steps.size());
         for (auto s : steps) out.push_back(to_step(s));
-        return std::make_shared<nki::Program>(name, std::move(out), std::move(constants), sbuf_row, psum_row,
-                                              registers);
+        std::vector<nki::Program::Io> tensors;  // (numel, dtype)
+        for (auto t : io) {
+          const auto pair = t.cast<py::tuple>();
+          tensors.push_back({pair[0].cast<int64_t>(), to_scalar_type(pair[1])});
+        }
+        return std::make_shared<nki::Program>(name, std::move(out), std::move(constants), sbuf_row, psum_row, registers,
+                                              std::move(tensors));
       }))
       .def("__len__", &nki::Program::size)
       .def(
@@ -80,8 +86,14 @@ void init_nki_bindings(py::module& m) {
   m.def("_set_nki_kernel_source", [](py::function source, const std::map<std::string, std::string>& ops) {
     kernel_source() = std::move(source);
     for (const auto& [name, what] : ops) {
+      // A typed kernel's record exists from load; a boxed op's is made here, as on its first call.
       OpRecord* rec = find_record(name);
-      TORCH_CHECK(rec && rec->typed, "nki: the kernel source cannot serve ", name, ": it has no typed neuron kernel");
+      if (!rec) {
+        const auto dot = name.find('.', name.find("::"));
+        const auto op = c10::Dispatcher::singleton().findSchemaOrThrow(
+            name.substr(0, dot).c_str(), dot == std::string::npos ? "" : name.substr(dot + 1).c_str());
+        rec = &record_for(op);
+      }
       rec->nki_kernel = what;
       rec->nki_source.store(true);
     }

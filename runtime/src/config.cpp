@@ -27,7 +27,8 @@ const std::vector<Setting>& all() {
        "1: float64 and complex tensors raise (Trainium has neither; default: warn once), and NKI kernels "
        "poison fresh SBUF/PSUM tiles (NaN) so reading one never written shows"},
       {"TORCH_NEURONX_KERNELS", "cpu",
-       "kernel source of eager ops: cpu (ATen's CPU kernels), or nki (mm, bmm, _softmax and SDPA forward run the "
+       "kernel source of eager ops: cpu (ATen's CPU kernels), or nki (mm, bmm, _softmax, native_layer_norm and SDPA "
+       "forward run the "
        "NKI library kernels where their shapes and dtypes fit)"},
       {"TORCH_NEURONX_FALLBACK", "warn",
        "what a CPU fallback (copy to host and back) does: warn (once per op), error, silent"},

@@ -216,7 +216,8 @@ class Trace:
                 steps.append((FILL, [self.operand(NkiTensor(st), rows)], [], [value]))
             for op, operands, ints, floats in ins.steps:
                 steps.append((op, [self.operand(o, rows) for o in operands], list(ints), list(floats)))
-        return _C._NkiProgram(name, steps, self.constants, rows[SBUF], rows[PSUM], REGISTERS)
+        io = [(math.prod(st.shape), st.dtype) for st in self.hbm]
+        return _C._NkiProgram(name, steps, self.constants, rows[SBUF], rows[PSUM], REGISTERS, io)
 
 
 def _largest(dtype):

@@ -1,6 +1,6 @@
 """TORCH_NEURONX_KERNELS=nki: a second kernel source for eager ops. Calls of aten::mm, aten::bmm,
-aten::_softmax and SDPA's fused forward whose shapes and dtypes fit the NKI library kernels run
-those kernels' programs inside the op's own task (csrc/nki/kernel_source.h): the op's meta,
+aten::_softmax, aten::native_layer_norm and SDPA's fused forward whose shapes and dtypes fit the
+NKI library kernels run those kernels' programs inside the op's own task (csrc/nki/kernel_source.h): the op's meta,
 outputs, stream order and counts stay the op's; other calls run the CPU kernel. Each answer is
 traced once per signature (nki.Kernel's cache); `torch_neuronx.explain("aten::mm")` shows the
 choice and how many calls took it.
@@ -64,10 +64,24 @@ def sdpa(q, k, v, attn_bias, dropout_p, is_causal, return_debug_mask, scale):
     return traced.program
 
 
+def layer_norm(x, normalized_shape, weight, bias, eps):
+    hidden = 1
+    for n in normalized_shape:
+        hidden *= n
+    if not _same_dtype(x, *(t for t in (weight, bias) if t is not None)) or x.numel() == 0 or hidden > 8192:
+        return None
+    rows = x.numel() // hidden
+    traced, _ = kernels.layernorm._traced(
+        (_shape(x, (rows, hidden)), weight if weight is None else _shape(weight),
+         bias if bias is None else _shape(bias), float(eps), True), {}, _profile.current())
+    return traced.program
+
+
 SOURCES = {
     "aten::mm": (mm, "kernels.matmul (2-D, one float dtype, K <= 4096)"),
     "aten::bmm": (bmm, "kernels.bmm (3-D, one float dtype, K <= 4096)"),
     "aten::_softmax": (softmax, "kernels.softmax (last dim <= 16384, not half_to_float)"),
+    "aten::native_layer_norm": (layer_norm, "kernels.layernorm (one float dtype, normalized size <= 8192)"),
     "aten::_scaled_dot_product_fused_attention_overrideable": (
         sdpa, "kernels.flash_attention_fwd (no mask or dropout, head size <= 128, causal only when square)"),
 }
