@@ -1,13 +1,11 @@
 """Graph capture on neuron (torch.neuron.NeuronGraph, torch.neuron.graph, make_graphed_callables,
 torch.compile mode="reduce-overhead"): replays equal eager on CPU-checked results, a replay is one
 task, capture errors are CUDA's and leave the stream usable, and a graph's memory is its own."""
-import subprocess
-import sys
-
 import pytest
 import torch
 
 import torch_neuronx
+from conftest import run_python
 
 N = "neuron"
 
@@ -180,7 +178,7 @@ def test_a_graph_alive_at_interpreter_exit_goes_quietly():
             "    y = x * 2\n"
             "g.replay()\n"
             "print(y.sum().item())\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    r = run_python(code)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "8.0"
     assert "Exception ignored" not in r.stderr and "Traceback" not in r.stderr, r.stderr

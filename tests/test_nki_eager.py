@@ -3,10 +3,9 @@ where they fit (the CPU kernels elsewhere), shown by explain(); a Hugging Face t
 step matches the CPU. The setting is read when torch_neuronx loads, so each case runs in a fresh
 interpreter."""
 import json
-import os
-import subprocess
-import sys
 import textwrap
+
+from conftest import run_python
 
 SCRIPT = textwrap.dedent("""
     import json, torch, torch_neuronx, transformers
@@ -57,8 +56,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def run(kernels):
-    env = dict(os.environ, TORCH_NEURONX_KERNELS=kernels, HF_HUB_OFFLINE="1")
-    r = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600)
+    r = run_python(SCRIPT, env={"TORCH_NEURONX_KERNELS": kernels, "HF_HUB_OFFLINE": "1"}, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -85,7 +83,5 @@ def test_nki_kernel_source_serves_eager_ops_and_trains_like_the_cpu():
 def test_the_default_kernel_source_is_the_cpu_and_a_bad_setting_is_refused():
     out = run("cpu")
     assert all("TORCH_NEURONX_KERNELS" not in t for t in out["explain"].values())
-    env = dict(os.environ, TORCH_NEURONX_KERNELS="fast")
-    r = subprocess.run([sys.executable, "-c", "import torch, torch_neuronx"], capture_output=True, text=True,
-                       env=env, timeout=300)
+    r = run_python("import torch, torch_neuronx", env={"TORCH_NEURONX_KERNELS": "fast"})
     assert r.returncode != 0 and "TORCH_NEURONX_KERNELS='fast': expected cpu or nki" in r.stderr
