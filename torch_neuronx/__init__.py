@@ -93,7 +93,8 @@ from .ops import (  # noqa: E402
     reset_op_counts,
 )
 
-__all__ = ["op_counts", "reset_op_counts", "explain", "op_report", "compile_stats", "reset_compile_stats", "nki_op"]
+__all__ = ["op_counts", "reset_op_counts", "explain", "op_report", "compile_stats", "reset_compile_stats", "nki_op",
+           "estimate"]
 
 
 def __getattr__(name):
@@ -101,4 +102,8 @@ def __getattr__(name):
         from .nki import nki_op
 
         return nki_op
+    if name == "estimate":
+        from .cost_model import estimate
+
+        return estimate
     raise AttributeError(f"module 'torch_neuronx' has no attribute {name!r}")
