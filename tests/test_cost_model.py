@@ -68,3 +68,12 @@ def test_bad_arguments_are_refused():
         torch_neuronx.estimate(torch.zeros, 2, profile="trn9")
     with pytest.raises(ValueError, match="lnc must be 1 or 2"):
         torch_neuronx.estimate(torch.zeros, 2, lnc=4)
+
+
+def test_a_collective_is_priced_at_the_neuronlink_share():
+    x = torch.empty(1 << 26, dtype=torch.bfloat16, device="meta")
+    (op,) = torch_neuronx.estimate(lambda t: torch.ops._c10d_functional.all_reduce(t, "sum", "default"), x,
+                                   profile="trn2", lnc=2).ops
+    link = ROOFLINES["trn2"].link_bytes_per_s * 2 / PHYSICAL_CORES
+    assert op.engine == "collective"
+    assert op.us == pytest.approx(2 * x.numel() * 2 / link * 1e6 + ROOFLINES["trn2"].fixed_us)

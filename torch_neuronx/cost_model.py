@@ -8,7 +8,8 @@ estimated on the meta device) and prices every ATen op it dispatches on one logi
   formula) on the Tensor Engine at its peak for the dtype;
 - transcendental elementwise ops on the Scalar engine and all other elementwise ops, reductions
   and copies on the Vector engine, at one element per lane (128 lanes) per engine cycle;
-- the bytes the op reads and writes at the logical core's share of HBM bandwidth;
+- the bytes the op reads and writes at the logical core's share of HBM bandwidth; a collective
+  (torch.distributed's functional collectives) twice its buffer at the core's share of NeuronLink;
 - a fixed cost per op (an instruction stream's start and its DMA descriptors).
 
 An op takes max(compute, memory) + the fixed cost; what bounds it is the largest of the three.
@@ -145,6 +146,12 @@ class _Recorder(TorchDispatchMode):
         nbytes = sum(t.numel() * t.element_size() for t in tensors_in + tensors_out)
         dtype = (tensors_in or tensors_out or [torch.empty(0)])[0].dtype
         flops = _flops(func, args, kwargs, out)
+        if func.namespace == "_c10d_functional":  # a ring moves ~2x the buffer over the core's NeuronLink share
+            link = 2 * sum(t.numel() * t.element_size() for t in tensors_out) / (roof.link_bytes_per_s * share)
+            fixed = roof.fixed_us * 1e-6
+            return OpCost(str(func.overloadpacket).replace(".", "::", 1), [tuple(t.shape) for t in tensors_in],
+                          str(dtype), 0.0, nbytes, "collective", "memory" if link > fixed else "overhead",
+                          (link + fixed) * 1e6)
         if flops:
             engine = "tensor"
             peak = roof.tensor_flops.get(dtype, roof.tensor_flops[torch.float32]) * share
