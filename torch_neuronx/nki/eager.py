@@ -59,6 +59,8 @@ def sdpa(q, k, v, attn_bias, dropout_p, is_causal, return_debug_mask, scale):
         return None
     if is_causal and q.shape[2] != k.shape[2]:
         return None
+    if k.shape[2] * k.element_size() * (1 + q.shape[-1] / 128) > 96 * 1024:  # K and V stay in SBUF
+        return None
     traced, _ = kernels.flash_attention_fwd._traced(
         (_shape(q), _shape(k), _shape(v), bool(is_causal), scale, True), {}, _profile.current())
     return traced.program
@@ -83,7 +85,8 @@ SOURCES = {
     "aten::_softmax": (softmax, "kernels.softmax (last dim <= 16384, not half_to_float)"),
     "aten::native_layer_norm": (layer_norm, "kernels.layernorm (one float dtype, normalized size <= 8192)"),
     "aten::_scaled_dot_product_fused_attention_overrideable": (
-        sdpa, "kernels.flash_attention_fwd (no mask or dropout, head size <= 128, causal only when square)"),
+        sdpa, "kernels.flash_attention_fwd (no mask or dropout, head size <= 128, causal only when square, "
+              "K and V within 96 KiB per partition)"),
 }
 
 
