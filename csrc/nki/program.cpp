@@ -414,6 +414,21 @@ void execute(Memory& mem, const Step& s, int team) {
       mem.write(o[0], r);
       return;
     }
+    case kMatmulGroup: {
+      const at::Tensor dst = mem.view(o[0]);
+      std::vector<at::Tensor> stationary, moving;
+      int64_t macs = 0;
+      for (size_t i = 1; i + 1 < o.size(); i += 2) {
+        const at::Tensor st = mem.view(o[i]), mv = mem.view(o[i + 1]);
+        stationary.push_back(st.reshape({st.size(0), -1}));
+        moving.push_back(mv.reshape({mv.size(0), -1}));
+        macs += st.numel() * moving.back().size(1);
+      }
+      const Threads threads(macs >= kTeamMatmul ? team : 1);
+      const at::Tensor r = at::mm(at::cat(stationary, 0).t(), at::cat(moving, 0));
+      dst.view({r.size(0), r.size(1)}).copy_(r);
+      return;
+    }
     default:
       TORCH_CHECK(false, "nki: unknown step ", s.op);
   }

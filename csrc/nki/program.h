@@ -30,16 +30,17 @@ enum Space : int32_t { kHbm = 0, kSbuf = 1, kPsum = 2, kConst = 3, kReg = 4 };
 
 // Steps. Scalars (an operand given as a number) travel in `f`, flagged in `i`.
 enum Op : int32_t {
-  kCopy = 0,        // o0 = o1 (cast to o0's dtype; registers keep fp32)
-  kFill,            // o0 = f0
-  kActivate,        // o0 = fn(o1 * scale + bias); i: fn, scale is an operand?, bias is an operand?; f: scale, bias
-  kBinary,          // o0 = a op b; i: op, a scalar?, b scalar?; f: a, b
-  kReduce,          // o0 = reduce(o1) over dims i[2:], i0 op, i1 negate
-  kMatmul,          // o0 (+)= o1ᵀ @ o2 (fp32 accumulation); i0 accumulate
-  kTranspose,       // o0 = o1 with partition and (flattened) free dims swapped
-  kWhere,           // o0 = o1 (bool constant) ? o2 : f0
-  kTop8,            // o0 = the 8 largest of each partition of o1, descending
-  kPartitionReduce  // o0 = reduce(o1) over the partition dim; i0 op
+  kCopy = 0,         // o0 = o1 (cast to o0's dtype; registers keep fp32)
+  kFill,             // o0 = f0
+  kActivate,         // o0 = fn(o1 * scale + bias); i: fn, scale is an operand?, bias is an operand?; f: scale, bias
+  kBinary,           // o0 = a op b; i: op, a scalar?, b scalar?; f: a, b
+  kReduce,           // o0 = reduce(o1) over dims i[2:], i0 op, i1 negate
+  kMatmul,           // o0 (+)= o1ᵀ @ o2 (fp32 accumulation); i0 accumulate
+  kTranspose,        // o0 = o1 with partition and (flattened) free dims swapped
+  kWhere,            // o0 = o1 (bool constant) ? o2 : f0
+  kTop8,             // o0 = the 8 largest of each partition of o1, descending
+  kPartitionReduce,  // o0 = reduce(o1) over the partition dim; i0 op
+  kMatmulGroup       // o0 = Σ o[2i+1]ᵀ @ o[2i+2] by one 16-bit GEMM, rounded once (nki/_fuse.py)
 };
 
 struct Step {

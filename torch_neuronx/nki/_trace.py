@@ -16,7 +16,7 @@ import threading
 import torch
 
 from .. import _C
-from . import _profile
+from . import _fuse, _profile
 from ._errors import NkiTraceError, NkiValidationError, kernel_line
 from ._tensor import HBM, ON_CHIP, PSUM, SBUF, SHARED_HBM, NkiTensor, Storage
 
@@ -210,11 +210,12 @@ class Trace:
                 if st.buffer in ON_CHIP and st.first is not None:
                     poison.setdefault(st.first, []).append(st)
         steps = []
+        fused = _fuse.groups(self.instrs)
         for i, ins in enumerate(self.instrs):
             for st in poison.get(i, ()):
                 value = math.nan if st.dtype.is_floating_point else float(_largest(st.dtype))
                 steps.append((FILL, [self.operand(NkiTensor(st), rows)], [], [value]))
-            for op, operands, ints, floats in ins.steps:
+            for op, operands, ints, floats in fused.get(i, ins.steps):
                 steps.append((op, [self.operand(o, rows) for o in operands], list(ints), list(floats)))
         io = [(math.prod(st.shape), st.dtype) for st in self.hbm]
         return _C._NkiProgram(name, steps, self.constants, rows[SBUF], rows[PSUM], REGISTERS, io)

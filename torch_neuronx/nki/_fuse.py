@@ -1,0 +1,68 @@
+"""One host GEMM for a matmul accumulation group whose result is only rounded to its operands' 16-bit
+dtype: a run of consecutive `nc_matmul`s into one PSUM tile (the first opening the group, the rest
+accumulating), read next by a single `tensor_copy` into a bf16/fp16 tile and by nothing else before
+the tile is written again. The PE array sums in fp32 and the copy rounds once; the host's 16-bit
+GEMM over the concatenated K sums in fp32 and rounds once too, so the copy gives the same values up
+to the order of fp32 additions — at the host's 16-bit GEMM speed instead of an fp32 GEMM per
+instruction. Only the executed steps change: the instructions, their rules and costs stay."""
+from __future__ import annotations
+
+import torch
+
+from ._tensor import NkiTensor
+
+MATMUL_GROUP = 10  # csrc/nki/program.h kMatmulGroup
+_HALF = (torch.bfloat16, torch.float16)
+
+
+def _key(t: NkiTensor):
+    return (t.storage.id, t.offset, t.shape, t.strides)
+
+
+def _overlaps(entries, st, lo, hi):
+    return any(s is st and a < hi and lo < b for s, a, b in entries)
+
+
+def groups(instrs) -> dict:
+    """{instruction index: the steps that replace its own} for every fusable group."""
+    out, i, n = {}, 0, len(instrs)
+    while i < n:
+        ins = instrs[i]
+        if ins.name != "nc_matmul" or ins.steps[0][2][0] != 0:
+            i += 1
+            continue
+        dst, st, mv = ins.steps[0][1]
+        dtype = st.dtype
+        j = i + 1
+        while (j < n and instrs[j].name == "nc_matmul" and instrs[j].steps[0][2][0] == 1
+               and _key(instrs[j].steps[0][1][0]) == _key(dst)
+               and all(t.dtype == dtype for t in instrs[j].steps[0][1][1:])):
+            j += 1
+        if j - i >= 2 and dtype in _HALF and mv.dtype == dtype and _consumed_once(instrs, j, dst, dtype):
+            pairs = [t for k in range(i, j) for t in instrs[k].steps[0][1][1:]]
+            for k in range(i, j - 1):
+                out[k] = []
+            out[j - 1] = [(MATMUL_GROUP, [dst, *pairs], [], [])]
+        i = j
+    return out
+
+
+def _consumed_once(instrs, start, dst, dtype) -> bool:
+    """The next access to dst's memory is one tensor_copy of exactly dst into a `dtype` tile, and
+    nothing reads that memory after it before something writes it again."""
+    (st, lo, hi), copied = instrs[start - 1].writes[0], False
+    for ins in instrs[start:]:
+        reads, writes = _overlaps(ins.reads, st, lo, hi), _overlaps(ins.writes, st, lo, hi)
+        if not copied:
+            if not (reads or writes):
+                continue
+            op, operands, _, _ = ins.steps[0] if len(ins.steps) == 1 else (None, [], [], [])
+            if (ins.name != "tensor_copy" or writes or not isinstance(operands[1], NkiTensor)
+                    or _key(operands[1]) != _key(dst) or operands[0].dtype != dtype):
+                return False
+            copied = True
+        elif reads:
+            return False
+        elif writes:
+            return True
+    return copied
