@@ -96,8 +96,8 @@ def _query_tiles(q, out, lse, b, h, k_all, v_all, seq_q, seq_k, d, causal, scale
             nisa.scalar_tensor_tensor(dst=l_sum[0:pq], data=l_sum[0:pq], op0=nl.multiply,
                                       operand0=alpha[0:pq], op1=nl.add, operand1=row_sum[0:pq])
             pv = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-            for i, (c, pc, vt) in enumerate(v_sb):
-                p_t = _transposed(p[0:pq, c:c + pc], pq, pc, v_dtype)  # [pc, pq]
+            p_ts = [_transposed(p[0:pq, c:c + pc], pq, pc, v_dtype) for c, pc, _ in v_sb]  # [pc, pq] each
+            for i, ((c, pc, vt), p_t) in enumerate(zip(v_sb, p_ts)):
                 nisa.nc_matmul(dst=pv[0:pq, 0:d], stationary=p_t[0:pc, 0:pq], moving=vt[0:pc],
                                accumulate=i > 0)
             nisa.scalar_tensor_tensor(dst=acc[0:pq], data=acc[0:pq], op0=nl.multiply, operand0=alpha[0:pq],
