@@ -300,8 +300,8 @@ void size_written_args(const c10::FunctionSchema& schema, c10::IValue* args, con
 
 // TORCH_NEURONX_KERNELS=nki: the call's task runs an NKI library kernel's program where it fits
 // (nki/kernel_source.h); fresh, dense outputs only.
-bool run_from_source(c10::DeviceIndex device, OpRecord& rec, const c10::IValue* args, size_t nargs,
-                     const std::vector<at::Tensor>& outputs) {
+static bool run_from_source(c10::DeviceIndex device, OpRecord& rec, const c10::IValue* args, size_t nargs,
+                            const std::vector<at::Tensor>& outputs) {
   for (int r : rec.return_arg)
     if (r >= 0) return false;
   for (const auto& o : outputs)
