@@ -243,7 +243,7 @@ def tensor_tensor(dst, data1, data2, op, engine=None, name=None):
                     cycles=max(MIN_II, n if fast else 2 * n))
 
 
-def _scalar_step(trace, out, data, op, operand, reverse, ins):
+def _scalar_step(out, data, op, operand, reverse, ins):
     """`out = data op operand` (or `operand op data`), operand a number or a [P, 1] tile."""
     code = _op(op, "alu", ins)
     integral = _is_int(data) and not isinstance(operand, float)
@@ -270,11 +270,11 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
     eng = _engine(engine, "vector")
     _no_gpsimd_psum(eng, (dst, data), ins)
     if op1 is None:
-        steps = [_scalar_step(trace, dst, data, op0, operand0, reverse0, ins)]
+        steps = [_scalar_step(dst, data, op0, operand0, reverse0, ins)]
     else:
         mid = trace.reg(data.shape)
-        first = _scalar_step(trace, mid, data, op0, operand0, reverse0, ins)
-        second = _scalar_step(trace, dst, _RegView(mid, data), op1, operand1, reverse1, ins)
+        first = _scalar_step(mid, data, op0, operand0, reverse0, ins)
+        second = _scalar_step(dst, _RegView(mid, data), op1, operand1, reverse1, ins)
         steps = _lower([first, second])
     reads = [data] + [o for o in (operand0, operand1) if isinstance(o, NkiTensor)]
     trace.emit(ins, eng, reads=reads, writes=[dst], steps=steps, cycles=max(MIN_II, data.free_size))
@@ -303,7 +303,7 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
           "data and operand1 cannot both be in PSUM", ins)
     trace = T.active()
     mid = _RegView(trace.reg(data.shape), data)
-    first = _scalar_step(trace, mid, data, op0, operand0, reverse0, ins)
+    first = _scalar_step(mid, data, op0, operand0, reverse0, ins)
     code = _op(op1, "alu", ins)
     pair = [operand1, mid] if reverse1 else [mid, operand1]
     second = (T.BINARY, [dst, *pair], [code, 0, 0, 0], [0.0, 0.0])
@@ -550,10 +550,6 @@ def max8(dst, src, name=None):
     check(8 <= n <= 16384, "size", f"max8 takes 8 to 16384 elements per partition, got {n}", ins)
     check(dst.shape[0] == src.shape[0] and dst.free_size == 8, "shape", f"dst must be [{src.shape[0]}, 8]", ins)
     T.active().emit(ins, "vector", reads=[src], writes=[dst], steps=[(T.TOP8, [dst, src], [], [])], cycles=n)
-
-
-class NkiInstruction:  # what a nisa call returns in NKI; kept for signatures that name it
-    pass
 
 
 __all__ = ["dma_copy", "tensor_copy", "memset", "iota", "affine_select", "tensor_tensor", "tensor_scalar",
