@@ -17,7 +17,8 @@ def test_oom_raises_and_allocator_recovers():
     with pytest.raises(torch.OutOfMemoryError) as e:
         torch.empty(10 * 2**30, dtype=torch.uint8, device="neuron")
     msg = str(e.value)
-    assert "neuron:0" in msg and "10.00 GiB" in msg and "allocated" in msg
+    assert "neuron:0" in msg and "10.00 GiB" in msg and "allocated" in msg and "reserved" in msg and "free" in msg
+    assert "torch.neuron.memory_summary()" in msg
     assert torch.neuron.memory_stats()["num_ooms"] >= 1
     del big
     again = torch.empty(10 * 2**30, dtype=torch.uint8, device="neuron")

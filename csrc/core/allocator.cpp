@@ -177,7 +177,8 @@ class Allocator final : public CachingAllocator {
                          " is reserved by the caching allocator (", "largest cached free block ", format_bytes(cached),
                          "), ", format_bytes(free), " is free on the device (largest free block ",
                          format_bytes(largest), ")", fraction_note_locked(st, capacity),
-                         ". Free tensors or call torch.neuron.empty_cache(); the allocator is still usable.");
+                         ". Free tensors or call torch.neuron.empty_cache(); the allocator is still usable. "
+                         "torch.neuron.memory_summary() shows what holds the memory.");
       }
       b = new_segment_locked(st, device, stream, seg, p, small);
     }
