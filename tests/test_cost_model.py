@@ -77,3 +77,20 @@ def test_a_collective_is_priced_at_the_neuronlink_share():
     link = ROOFLINES["trn2"].link_bytes_per_s * 2 / PHYSICAL_CORES
     assert op.engine == "collective"
     assert op.us == pytest.approx(2 * x.numel() * 2 / link * 1e6 + ROOFLINES["trn2"].fixed_us)
+
+
+def test_an_nki_op_is_priced_by_its_kernels_instruction_model():
+    from torch_neuronx.nki import estimate as nki_estimate
+    from torch_neuronx.nki import kernels
+
+    @torch_neuronx.nki_op("cost_test::rmsnorm")
+    def rmsnorm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return kernels.rmsnorm(x, w, 1e-6)
+
+    x, w = torch.randn(512, 256, device="neuron"), torch.randn(256, device="neuron")
+    est = torch_neuronx.estimate(lambda: rmsnorm(x, w) * 2, profile="trn3")
+    assert [o.name for o in est.ops] == ["nki::rmsnorm", "aten::mul"]
+    want = nki_estimate(kernels.rmsnorm, profile="trn3")(x, w, 1e-6)
+    assert est.ops[0].engine == "nki" and est.ops[0].us == pytest.approx(want.latency_us)
+    meta = torch.empty(512, 256, device="meta"), torch.empty(256, device="meta")  # shapes only
+    assert torch_neuronx.estimate(rmsnorm, *meta, profile="trn3").ops[0].us == pytest.approx(want.latency_us)

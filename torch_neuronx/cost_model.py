@@ -13,11 +13,13 @@ estimated on the meta device) and prices every ATen op it dispatches on one logi
 - a fixed cost per op (an instruction stream's start and its DMA descriptors).
 
 An op takes max(compute, memory) + the fixed cost; what bounds it is the largest of the three.
-Views and metadata ops cost nothing. The profile figures are AWS's (shared/docs/trainium.md); this
+Views and metadata ops cost nothing. An NKI kernel (directly or inside an `nki_op`) is priced by
+its own instruction-level model (`nki.estimate`), as the busiest engine bounds it. The profile figures are AWS's (shared/docs/trainium.md); this
 is an analytic estimate of the hardware, never a measurement of this host.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import torch
@@ -64,6 +66,10 @@ _SCALAR = {"exp", "exp2", "expm1", "log", "log1p", "log2", "tanh", "sigmoid", "g
 _ATTENTION = {"_scaled_dot_product_fused_attention_overrideable", "_scaled_dot_product_flash_attention_for_cpu",
               "_scaled_dot_product_fused_attention_overrideable_backward",
               "_scaled_dot_product_flash_attention_for_cpu_backward"}
+
+
+_PRICED = ("aten", "_c10d_functional", "prims")
+_active = threading.local()
 
 
 @dataclass
@@ -134,6 +140,8 @@ class _Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        if func.namespace not in _PRICED:  # a custom op: its NKI kernels price themselves (record_nki)
+            return out
         name = func.overloadpacket.__name__.rstrip("_")
         if name not in _ZERO_COST and func.overloadpacket.__name__ not in _ZERO_COST:
             self.ops.append(self._cost(func, name, args, kwargs, out))
@@ -178,6 +186,24 @@ def estimate(fn, *args, profile: str = "trn2", lnc: int | None = None, **kwargs)
     if lnc not in (1, 2):
         raise ValueError(f"torch_neuronx.estimate: lnc must be 1 or 2, got {lnc}")
     recorder = _Recorder(ROOFLINES[profile], lnc)
-    with recorder:
-        fn(*args, **kwargs)
+    _active.recorder = recorder
+    try:
+        with recorder:
+            fn(*args, **kwargs)
+    finally:
+        _active.recorder = None
     return Estimate(profile, lnc, recorder.ops)
+
+
+def record_nki(kernel_name: str, instrs) -> None:
+    """An NKI kernel called while `estimate` runs: priced by its own instruction-level model on one
+    physical core of the estimate's profile (nki/_cost.py)."""
+    recorder = getattr(_active, "recorder", None)
+    if recorder is None:
+        return
+    from .nki import _cost, _profile
+
+    est = _cost.estimate(instrs, _profile.current(recorder.roof.name))
+    engine = max(est.busy_us, key=est.busy_us.get)
+    recorder.ops.append(OpCost(f"nki::{kernel_name}", [], "", float(est.flops), est.dma_bytes, "nki",
+                               f"{engine} engine", est.latency_us))

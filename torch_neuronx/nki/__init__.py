@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch._subclasses import fake_tensor as _fake_tensor
 
+from .. import cost_model as _cost_model
 from ..compile import stats as _stats
 from . import _cost, _profile
 from . import _trace as T
@@ -172,6 +173,7 @@ def _run(kernel: Kernel, args, kwargs, mode, profile=None):
                if isinstance(a, (torch.Tensor, np.ndarray))]
     where = _classify(kernel, tensors, mode)
     traced, tensors = kernel._traced(args, kwargs, _profile.current(profile))
+    _cost_model.record_nki(kernel.fn.__name__, traced.trace.instrs)
     for i in traced.written_args:
         t = tensors[i]
         contiguous = t.is_contiguous() if isinstance(t, torch.Tensor) else t.flags["C_CONTIGUOUS"]
