@@ -14,8 +14,9 @@ estimated on the meta device) and prices every ATen op it dispatches on one logi
 
 An op takes max(compute, memory) + the fixed cost; what bounds it is the largest of the three.
 Views and metadata ops cost nothing. An NKI kernel (directly or inside an `nki_op`) is priced by
-its own instruction-level model (`nki.estimate`), as the busiest engine bounds it. The profile figures are AWS's (shared/docs/trainium.md); this
-is an analytic estimate of the hardware, never a measurement of this host.
+its own instruction-level model (`nki.estimate`), bound by its busiest engine. The profile figures
+are AWS's (shared/docs/trainium.md); this is an analytic estimate of the hardware, never a
+measurement of this host.
 """
 from __future__ import annotations
 
