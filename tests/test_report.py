@@ -1,0 +1,55 @@
+"""python -m torch_neuronx.report: a Hugging Face model folder (or its config.json alone) assessed on
+the meta device: will it run, its memory, the smallest device count it fits, its estimated speed."""
+import json
+
+import transformers
+
+from conftest import run_python
+from torch_neuronx import report
+
+KEYS = {"will_run", "fallbacks", "sync_ops", "graph_breaks", "parameters", "memory", "min_devices", "estimate"}
+LLAMA_8B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+            "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192}
+
+
+def tiny_model(path):
+    cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2)
+    transformers.LlamaForCausalLM(cfg).save_pretrained(path)
+    return str(path)
+
+
+def test_a_saved_tiny_model_runs_without_fallbacks_and_fits_one_core(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert report.main([tiny_model(tmp_path / "m"), "--train", "--seq", "32", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert KEYS <= set(r)
+    assert r["will_run"] is True and r["fallbacks"] == [] and r["min_devices"] == {"trn2": 1, "trn3": 1}
+    assert r["parameters"] == sum(p.numel() for p in transformers.LlamaForCausalLM.from_pretrained(
+        tmp_path / "m").parameters())
+    assert r["memory"]["gradients"] == r["memory"]["weights"] and r["memory"]["activations"] > 0
+    assert r["estimate"]["trn2"]["tokens_per_second"] > 0
+    assert "will run on neuron: True" in capsys.readouterr().out
+
+
+def test_an_8b_config_alone_is_assessed_on_the_meta_device(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_8B))
+    train = report.assess(str(tmp_path), batch=1, seq=2048, train=True)
+    assert 8.0e9 < train["parameters"] < 8.1e9
+    assert train["min_devices"]["trn2"] > 1  # weights, gradients, AdamW states and activations: > 24 GiB
+    decode = report.assess(str(tmp_path), batch=1, seq=512, generate=16)
+    assert decode["min_devices"]["trn2"] == 1 and decode["memory"]["kv_cache"] > 0
+    # decoding reads every weight per token: bounded by the logical core's share of HBM
+    bound = 725e9 / (decode["memory"]["weights"])
+    assert decode["estimate"]["trn2"]["tokens_per_second"] < bound
+    assert decode["estimate"]["trn3"]["tokens_per_second"] > decode["estimate"]["trn2"]["tokens_per_second"]
+
+
+def test_bad_input_is_refused_with_a_message_and_a_nonzero_exit(tmp_path):
+    r = run_python(f"import sys; from torch_neuronx import report; sys.exit(report.main([{str(tmp_path)!r}]))")
+    assert r.returncode == 2 and "no config.json" in r.stderr
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "no_such_architecture"}))
+    assert report.main([str(tmp_path)]) == 2
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_8B))
+    assert report.main([str(tmp_path), "--dtype", "fp64"]) == 2

@@ -1,0 +1,175 @@
+"""`python -m torch_neuronx.report MODEL_DIR`: will a Hugging Face causal LM run on Trainium, how much
+memory does it need, and how fast would a training or generation step be on trn2 and trn3.
+
+The model is built from its `config.json` on the meta device (no weights are read or allocated),
+and one step runs there: its ATen ops give the plan of each on neuron (`explain`), the tensors the
+backward keeps (activation memory) and the cost model's estimate (`cost_model.py`). Printed as
+text, and with `--json PATH` as JSON with the keys `will_run`, `fallbacks`, `sync_ops`,
+`graph_breaks`, `parameters`, `memory`, `min_devices` and `estimate`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+from . import _C
+from .cost_model import ROOFLINES, estimate
+
+GIB = 1 << 30
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# Device memory of one logical core (LNC=2) and the largest instance's logical cores.
+_CORE_HBM = {"trn2": 96 * GIB // 4, "trn3": 144 * GIB // 4}
+_MAX_DEVICES = 64
+
+
+class ReportError(Exception):
+    """Bad input: the message says what, and the command exits non-zero."""
+
+
+def _load(model_dir: str, dtype: torch.dtype):
+    import transformers
+
+    if not os.path.isfile(os.path.join(model_dir, "config.json")):
+        raise ReportError(f"{model_dir}: no config.json (a Hugging Face model folder has one)")
+    try:
+        config = transformers.AutoConfig.from_pretrained(model_dir)
+    except (ValueError, KeyError) as e:
+        raise ReportError(f"{model_dir}: transformers cannot read this config: {e}") from None
+    try:
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    except ValueError as e:
+        raise ReportError(f"{model_dir}: {type(config).__name__} is not a causal LM transformers knows: {e}") from None
+    return config, model
+
+
+def _plans(op_names) -> tuple[list, list]:
+    """The ops that would copy to the host (fallbacks) or wait for the device (sync), with why."""
+    fallbacks, syncs = [], []
+    for name in sorted(op_names):
+        line = next((ln for ln in _C._explain(name).splitlines() if ln.startswith(name + ":")), "")
+        mode = line[len(name) + 2:].split(" ", 1)[0].rstrip(",")
+        if mode in ("copy", "sync"):
+            (fallbacks if mode == "copy" else syncs).append({"op": name, "why": line.split(": ", 2)[-1][:200]})
+    return fallbacks, syncs
+
+
+def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, generate: int = 0,
+           dtype: str = "bf16") -> dict:
+    if dtype not in _DTYPES:
+        raise ReportError(f"--dtype {dtype}: expected one of {', '.join(_DTYPES)}")
+    if batch < 1 or seq < 1 or generate < 0:
+        raise ReportError("--batch and --seq must be positive, --generate non-negative")
+    torch_dtype = _DTYPES[dtype]
+    config, model = _load(model_dir, torch_dtype)
+    params = sum(p.numel() for p in model.parameters())
+    item = torch_dtype.itemsize
+    ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+    saved = [0]
+
+    def pack(t):
+        saved[0] += t.numel() * t.element_size()
+        return t
+
+    def step():
+        if generate:
+            with torch.no_grad():
+                model(input_ids=ids)  # the prompt; the decode steps are added below
+        elif train:
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+        else:
+            with torch.no_grad():
+                model(input_ids=ids)
+
+    ops, dtypes = set(), set()
+    estimates = {}
+    for profile in ROOFLINES:
+        saved[0] = 0
+        est = estimate(step, profile=profile, lnc=2)
+        estimates[profile] = est
+        if generate:  # then one token per step, each reading every weight
+            one = torch.zeros(batch, 1, dtype=torch.long, device="meta")
+            decode = estimate(lambda: model(input_ids=one), profile=profile, lnc=2)
+            est.ops.extend(o for _ in range(generate) for o in decode.ops)
+        ops |= {o.name for o in est.ops}
+        dtypes |= {o.dtype for o in est.ops}
+    fallbacks, syncs = _plans({n for n in ops if n.startswith("aten::")})
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    memory = {"weights": params * item, "gradients": params * item if train else 0,
+              "optimizer_states": 2 * params * item if train else 0, "activations": saved[0] if train else 0,
+              "kv_cache": (2 * config.num_hidden_layers * kv_heads * head_dim * (seq + generate) * batch * item
+                           if generate else 0)}
+    total = sum(memory.values())
+    memory["total"] = total
+    min_devices, result = {}, {}
+    for profile, est in estimates.items():
+        degree = next((d for d in (1, 2, 4, 8, 16, 32, 64) if total / d <= 0.9 * _CORE_HBM[profile]), None)
+        min_devices[profile] = degree
+        if degree is None:
+            result[profile] = None
+            continue
+        seconds = est.total_us * 1e-6 / degree
+        if train and degree > 1:  # gradients reduced over NeuronLink each step
+            link = ROOFLINES[profile].link_bytes_per_s * 2 / 8
+            seconds += 2 * params * item / degree / link
+        tokens = batch * (generate if generate else seq)
+        result[profile] = {"step_seconds": seconds, "tokens_per_second": tokens / seconds}
+    if all(v is None for v in min_devices.values()):
+        raise ReportError(f"{total / GIB:,.1f} GiB does not fit {_MAX_DEVICES} logical cores of trn2 or trn3")
+    unsupported = sorted(d for d in dtypes if d in ("torch.float64", "torch.complex64", "torch.complex128"))
+    return {"model": os.path.abspath(model_dir), "architecture": type(model).__name__,
+            "will_run": not fallbacks and not unsupported, "fallbacks": fallbacks, "sync_ops": syncs,
+            "unsupported_dtypes": unsupported,
+            "graph_breaks": [],  # torch.compile is not traced on the meta device
+            "parameters": params, "memory": memory, "min_devices": min_devices, "estimate": result,
+            "assumptions": {"batch": batch, "seq": seq, "train": train, "generate": generate, "dtype": dtype,
+                            "lnc": 2, "optimizer": "AdamW, states in the parameter dtype" if train else None}}
+
+
+def _text(r: dict) -> str:
+    lines = [f"{r['architecture']}: {r['parameters'] / 1e9:.2f}B parameters; will run on neuron: {r['will_run']}"]
+    for key in ("fallbacks", "sync_ops"):
+        if r[key]:
+            lines.append(f"  {key}: " + ", ".join(e["op"] for e in r[key]))
+    lines.append("  memory (GiB): " + ", ".join(f"{k} {v / GIB:.2f}" for k, v in r["memory"].items()))
+    for profile, est in r["estimate"].items():
+        degree = r["min_devices"][profile]
+        if est is None:
+            lines.append(f"  {profile}: does not fit {_MAX_DEVICES} logical cores")
+        else:
+            lines.append(f"  {profile}: fits {degree} logical core(s); step {est['step_seconds']:.3f} s, "
+                         f"{est['tokens_per_second']:,.0f} tokens/s (cost-model estimate)")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m torch_neuronx.report", description=__doc__.split("\n\n")[0])
+    p.add_argument("model_dir")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--seq", type=int, default=512)
+    p.add_argument("--train", action="store_true")
+    p.add_argument("--generate", type=int, default=0, metavar="N")
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--json", metavar="PATH")
+    args = p.parse_args(argv)
+    try:
+        r = assess(args.model_dir, args.batch, args.seq, args.train, args.generate, args.dtype)
+    except ReportError as e:
+        print(f"torch_neuronx.report: {e}", file=sys.stderr)
+        return 2
+    print(_text(r))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(r, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
