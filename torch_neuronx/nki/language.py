@@ -217,7 +217,7 @@ abs_max = _Op("abs_max", alu="abs_max")
 abs_min = _Op("abs_min", alu="abs_min")
 fmod = _Op("fmod", alu="fmod")
 
-copy_ = _Op("copy", act="copy")
+_copy_op = _Op("copy", act="copy")
 exp = _Op("exp", act="exp")
 log = _Op("log", act="log")
 tanh = _Op("tanh", act="tanh")
@@ -341,5 +341,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'nki.language' has no attribute {name!r}")
 
 
-globals()["copy"] = copy  # nl.copy is the function; its activation op is copy_ (nisa's op=nl.copy works too)
-copy.act, copy.alu, copy.reduce, copy.bitvec, copy.__name__ = copy_.act, None, None, False, "copy"
+# nl.copy is the tile-copy function and, as in NKI, also the identity activation (`op=nl.copy`).
+copy.act, copy.alu, copy.reduce, copy.bitvec = _copy_op.act, None, None, False
