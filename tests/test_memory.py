@@ -132,3 +132,15 @@ def test_pinned_non_blocking_copies():
     back.copy_(d, non_blocking=True)
     torch.neuron.synchronize()
     torch.testing.assert_close(back, src)
+
+
+def test_profile_memory_records_device_allocations():
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(256, 256, device="neuron")
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        y = x @ x
+        del y
+    usage = {e.key: e.self_device_memory_usage for e in prof.key_averages()}
+    assert usage["aten::mm"] == 256 * 256 * 4  # the output, allocated on the device
+    assert usage["[memory]"] == -256 * 256 * 4  # freed when y went

@@ -220,6 +220,7 @@ class Allocator final : public CachingAllocator {
       st.stats.allocated_bytes[i].decrease(b->size);
       st.stats.requested_bytes[i].decrease(b->requested);
     });
+    report_to_profiler_locked(st, b, -static_cast<int64_t>(b->size));
     b->allocated = false;
     if (b->pool && !b->pool->alive) b->pool.reset();
     if (!b->pool && st.capturing) b->pool = st.capturing;  // the captured work may use it
@@ -406,7 +407,18 @@ class Allocator final : public CachingAllocator {
       st.stats.active_bytes[i].increase(b->size);
       st.stats.requested_bytes[i].increase(n);
     });
+    report_to_profiler_locked(st, b, static_cast<int64_t>(b->size));
     return c10::DataPtr(b->ptr, b, &free_block, c10::Device(kNeuron, static_cast<c10::DeviceIndex>(b->device)));
+  }
+
+  // torch.profiler(profile_memory=True) records device allocations and frees, as CUDA's allocator
+  // reports them (only on the thread that profiles; a queue worker's allocations are not the user's).
+  static void report_to_profiler_locked(DeviceState& st, const Block* b, int64_t delta) {
+    if (!c10::memoryProfilingEnabled()) return;
+    const size_t a = static_cast<size_t>(StatType::AGGREGATE);
+    c10::reportMemoryUsageToProfiler(b->ptr, delta, st.stats.allocated_bytes[a].current,
+                                     st.stats.reserved_bytes[a].current,
+                                     c10::Device(kNeuron, static_cast<c10::DeviceIndex>(b->device)));
   }
 
   // Best fit among the stream's cached blocks of the pool.
