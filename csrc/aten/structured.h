@@ -224,7 +224,7 @@ std::array<at::Tensor, N> structured_functional(OpRecord& rec, Kernel kernel, co
   op.device = check_args(rec.name.c_str(), args...);
   op.meta(meta_arg(args)...);
   if (C10_UNLIKELY(nki::source_active.load(std::memory_order_relaxed)) &&
-      nki::run_from_source<N>(op.device, rec, op.outputs_, args...))
+      nki::run_typed_from_source<N>(op.device, rec, op.outputs_, args...))
     return op.outputs_;
   queue_kernel<N>(op.device, rec, kernel, op.outputs_, args...);
   return op.outputs_;

@@ -26,10 +26,15 @@ extern std::atomic<bool> source_active;
 // `args` are the op's arguments (a tensor's IValue holds the tensor).
 std::shared_ptr<const Program> program_for(OpRecord& rec, const std::vector<c10::IValue>& args);
 
-// Queues `program` on the current stream of `device` as `rec`'s task: its inputs are the
-// tensors of `args` (made contiguous inside the task where they are not), then `outs`.
+// Queues `program` as `rec`'s task on the current stream of `device`: its inputs are the tensors
+// of `args` (made dense inside the task where they are not), then `outs` (dense).
 void launch_program(c10::DeviceIndex device, OpRecord& rec, std::shared_ptr<const Program> program,
                     const std::vector<c10::IValue>& args, c10::ArrayRef<at::Tensor> outs);
+
+// Runs a call through the source where it fits (its outputs allocated dense); false: the caller
+// runs its CPU kernel.
+bool run_from_source(c10::DeviceIndex device, OpRecord& rec, const std::vector<c10::IValue>& args,
+                     c10::ArrayRef<at::Tensor> outs);
 
 template <class T>
 c10::IValue to_ivalue(const T& v) {
@@ -40,18 +45,12 @@ c10::IValue to_ivalue(const T& v) {
   }
 }
 
-// Runs a structured op's call through the source where it fits; false: the caller runs it.
+// run_from_source for a typed kernel's arguments.
 template <size_t N, class... Args>
-bool run_from_source(c10::DeviceIndex device, OpRecord& rec, const std::array<at::Tensor, N>& outs,
-                     const Args&... args) {
+bool run_typed_from_source(c10::DeviceIndex device, OpRecord& rec, const std::array<at::Tensor, N>& outs,
+                           const Args&... args) {
   if (!rec.nki_source.load(std::memory_order_relaxed)) return false;
-  for (const auto& o : outs)
-    if (!o.is_contiguous()) return false;
-  std::vector<c10::IValue> values{to_ivalue(args)...};
-  auto program = program_for(rec, values);
-  if (!program) return false;
-  launch_program(device, rec, std::move(program), values, outs);
-  return true;
+  return run_from_source(device, rec, {to_ivalue(args)...}, outs);
 }
 
 }  // namespace torch_neuronx::nki

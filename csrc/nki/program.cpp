@@ -2,7 +2,6 @@
 
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
-#include <ATen/native/CPUBlas.h>
 #include <dlfcn.h>
 
 #include <cmath>
@@ -32,20 +31,21 @@ const std::vector<std::string> kBinaries = {"add",           "subtract",    "mul
                                             "right_shift",   "abs_max",     "abs_min",    "fmod"};
 const std::vector<std::string> kReductions = {"add", "maximum", "minimum", "multiply"};
 
-at::Tensor activate(int64_t fn, const at::Tensor& x) {
+// fn(x), in place where ATen has the in-place op (x is the step's own fp32 copy).
+at::Tensor activate(int64_t fn, at::Tensor& x) {
   switch (fn) {
     case 0:
       return x;
     case 1:
-      return x.exp();
+      return x.exp_();
     case 2:
-      return x.log();
+      return x.log_();
     case 3:
-      return x.tanh();
+      return x.tanh_();
     case 4:
-      return x.sigmoid();
+      return x.sigmoid_();
     case 5:
-      return x.relu();
+      return x.relu_();
     case 6:
       return at::gelu(x);
     case 7:
@@ -53,29 +53,29 @@ at::Tensor activate(int64_t fn, const at::Tensor& x) {
     case 8:
       return at::silu(x);
     case 9:
-      return x.sqrt();
+      return x.sqrt_();
     case 10:
-      return x.rsqrt();
+      return x.rsqrt_();
     case 11:
-      return x.reciprocal();
+      return x.reciprocal_();
     case 12:
-      return x.abs();
+      return x.abs_();
     case 13:
-      return x.neg();
+      return x.neg_();
     case 14:
-      return x * x;
+      return x.mul_(x);
     case 15:
-      return x.sin();
+      return x.sin_();
     case 16:
-      return x.cos();
+      return x.cos_();
     case 17:
-      return x.sign();
+      return x.sign_();
     case 18:
       return at::softplus(x);
     case 19:
-      return x.erf();
+      return x.erf_();
     case 20:
-      return x.atan();
+      return x.atan_();
     case 21: {  // d/dx gelu = Φ(x) + x φ(x)
       const at::Tensor cdf = (x * M_SQRT1_2).erf().add_(1).mul_(0.5);
       return cdf + x * (x * x * -0.5).exp_().mul_(0.5 * M_2_SQRTPI * M_SQRT1_2);
@@ -87,9 +87,9 @@ at::Tensor activate(int64_t fn, const at::Tensor& x) {
     case 23:
       return at::mish(x);
     case 24:
-      return x.ceil();
+      return x.ceil_();
     case 25:
-      return x.floor();
+      return x.floor_();
     default:
       TORCH_CHECK(false, "nki: unknown activation ", fn);
   }
@@ -169,62 +169,16 @@ at::Tensor reduce_trailing(int64_t op, const at::Tensor& x, int64_t first) {
   }
 }
 
-// activate(), in place where ATen has the in-place op (x is a scratch fp32 copy).
-at::Tensor activate_(int64_t fn, at::Tensor& x) {
-  switch (fn) {
-    case 0:
-      return x;
-    case 1:
-      return x.exp_();
-    case 2:
-      return x.log_();
-    case 3:
-      return x.tanh_();
-    case 4:
-      return x.sigmoid_();
-    case 5:
-      return x.relu_();
-    case 9:
-      return x.sqrt_();
-    case 10:
-      return x.rsqrt_();
-    case 11:
-      return x.reciprocal_();
-    case 12:
-      return x.abs_();
-    case 13:
-      return x.neg_();
-    case 14:
-      return x.mul_(x);
-    default:
-      return activate(fn, x);
-  }
-}
-
 bool is_integral(const at::Tensor& t) { return c10::isIntegralType(t.scalar_type(), /*includeBool=*/true); }
 
 // The engines compute in fp32 (integer ALU ops on integer tiles stay integral).
 at::Tensor fp32(const at::Tensor& t) { return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat); }
 
-// dst (+)= stᵀ @ mv with fp32 accumulation, as the PE array accumulates into PSUM. bf16/fp16/fp32
-// tiles go straight to the host BLAS with fp32 output; other input types through fp32 copies.
+// dst (+)= stᵀ @ mv in fp32, as the PE array accumulates into PSUM: 16-bit and fp8 tiles convert
+// exactly to fp32 first. beta 0 ignores what PSUM held, NaN included.
 void matmul(const at::Tensor& dst, const at::Tensor& st, const at::Tensor& mv, bool accumulate) {
   const int64_t k = st.size(0), m = st.numel() / k, n = mv.numel() / k;
-  const at::Tensor s = st.reshape({k, m}), v = mv.reshape({k, n});
-  const at::Tensor d = dst.view({m, n});
-  const float beta = accumulate ? 1.0f : 0.0f;
-  const auto st_type = s.scalar_type();
-  const bool blas = d.scalar_type() == at::kFloat && d.stride(1) == 1 && s.stride(1) == 1 && v.stride(1) == 1 &&
-                    st_type == v.scalar_type() && d.stride(0) >= n && s.stride(0) >= m && v.stride(0) >= n;
-  if (false) {
-  } else if (st_type == at::kFloat && v.scalar_type() == at::kFloat && d.scalar_type() == at::kFloat) {
-    d.addmm_(s.t(), v, beta, 1.0f);  // beta 0 ignores what PSUM held, NaN included
-  } else {
-    if (d.scalar_type() == at::kFloat)
-      d.addmm_(fp32(s).t(), fp32(v), beta, 1.0f);
-    else
-      d.copy_(at::mm(fp32(s).t(), fp32(v)));
-  }
+  dst.view({m, n}).addmm_(fp32(st.reshape({k, m})).t(), fp32(mv.reshape({k, n})), accumulate ? 1.0f : 0.0f, 1.0f);
 }
 
 class Memory {
@@ -345,7 +299,7 @@ void execute(Memory& mem, const Step& s, int team) {
         x.add_(mem.view(o[next++]));
       else if (s.f[1] != 0.0)
         x.add_(s.f[1]);
-      mem.write(o[0], activate_(s.i[0], x));
+      mem.write(o[0], activate(s.i[0], x));
       return;
     }
     case kBinary: {
@@ -364,14 +318,13 @@ void execute(Memory& mem, const Step& s, int team) {
       return;
     }
     case kMatmul: {
-      const at::Tensor dst = mem.view(o[0]);
-      const at::Tensor st = mem.view(o[1]);
+      const at::Tensor dst = mem.view(o[0]), st = mem.view(o[1]), mv = mem.view(o[2]);
       const Threads threads(st.numel() * dst.size(-1) >= kTeamMatmul ? team : 1);
       if (dst.scalar_type() == at::kFloat) {
-        matmul(dst, mem.view(o[1]), mem.view(o[2]), s.i[0] != 0);
+        matmul(dst, st, mv, s.i[0] != 0);
       } else {  // a bf16 PSUM destination (NeuronCore-v4): accumulate in fp32, then round
         at::Tensor acc = s.i[0] ? dst.to(at::kFloat) : at::zeros(dst.sizes(), at::kFloat);
-        matmul(acc, mem.view(o[1]), mem.view(o[2]), true);
+        matmul(acc, st, mv, true);
         dst.copy_(acc);
       }
       return;
@@ -456,25 +409,41 @@ void Program::run(const std::vector<at::Tensor>& hbm) const {
   }
 }
 
+void Program::launch(c10::DeviceIndex device, OpRecord& rec, std::vector<TensorDesc> io, size_t inputs) const {
+  // A program whose tensors are not these (in elements or dtype) would write memory it does not own.
+  TORCH_CHECK(io_.size() == io.size(), "nki: ", name_, " takes ", io_.size(), " tensors; ", rec.name, " has ",
+              io.size());
+  for (size_t i = 0; i < io.size(); ++i) {
+    int64_t n = 1;
+    for (auto v : io[i].sizes) n *= v;
+    TORCH_CHECK(io_[i].numel == n && io_[i].dtype == io[i].dtype, "nki: tensor ", i, " of ", name_, " is ",
+                io_[i].numel, " ", c10::toString(io_[i].dtype), "; ", rec.name, " has ", n, " ",
+                c10::toString(io[i].dtype));
+  }
+  rec.count(Mode::kAsync);
+  torch_neuronx::launch(device, rec.name.c_str(), [self = shared_from_this(), io = std::move(io), inputs] {
+    std::vector<at::Tensor> views;
+    views.reserve(io.size());
+    for (size_t i = 0; i < io.size(); ++i) {
+      at::Tensor v = io[i].view();
+      views.push_back(i < inputs && !v.is_contiguous() ? v.contiguous() : v);
+    }
+    self->run(views);
+  });
+}
+
 void Program::launch(const std::vector<at::Tensor>& hbm) const {
   DeviceCheck check(name_.c_str());
-  std::vector<TensorDesc> descs;
-  descs.reserve(hbm.size());
+  std::vector<TensorDesc> io;
+  io.reserve(hbm.size());
   for (const at::Tensor& t : hbm) {
     TORCH_CHECK(is_neuron(t), "nki: kernel ", name_, " was given a tensor on ", t.device(),
                 "; a kernel launched on neuron takes neuron tensors only");
     check.add(t, /*written=*/true);
-    descs.push_back(TensorDesc::of(t));
+    io.push_back(TensorDesc::of(t));
   }
-  kernel_rec.count(Mode::kAsync);
-  auto self = shared_from_this();
-  const auto device = check.device() >= 0 ? check.device() : current_device();
-  torch_neuronx::launch(device, kernel_rec.name.c_str(), [self, descs = std::move(descs)] {
-    std::vector<at::Tensor> views;
-    views.reserve(descs.size());
-    for (const auto& d : descs) views.push_back(d.view());
-    self->run(views);
-  });
+  const size_t n = io.size();
+  launch(check.device() >= 0 ? check.device() : current_device(), kernel_rec, std::move(io), n);
 }
 
 const std::vector<std::string>& Program::activation_names() { return kActivations; }

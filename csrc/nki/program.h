@@ -15,6 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "exec/tensor_desc.h"
+#include "pipeline/op_record.h"
+
 namespace torch_neuronx::nki {
 
 // Where an operand lives: an HBM tensor (0..), an arena, a constant of the program, a register.
@@ -52,18 +55,22 @@ struct Step {
 
 class Program : public std::enable_shared_from_this<Program> {
  public:
-  // `sbuf_row` and `psum_row`: the bytes of each partition the program addresses.
   // What the program's HBM tensors are: elements and dtype, arguments then outputs.
   struct Io {
     int64_t numel;
     c10::ScalarType dtype;
   };
+  // `sbuf_row` and `psum_row`: the bytes of each partition the program addresses.
   Program(std::string name, std::vector<Step> steps, std::vector<at::Tensor> constants, int64_t sbuf_row,
           int64_t psum_row, int registers, std::vector<Io> io);
   // Runs on `hbm` (CPU tensors or CPU views of device memory, in the kernel's argument order then
   // its outputs), on the calling thread.
   void run(const std::vector<at::Tensor>& hbm) const;
-  // Queues the run as one task on the current stream of the tensors' neuron device.
+  // Queues the run as `rec`'s task on the current stream of `device`, over the device tensors
+  // `io` describes (the program's arguments then its outputs; it checks they are its own). Of the
+  // first `inputs`, one not dense is made dense inside the task.
+  void launch(c10::DeviceIndex device, OpRecord& rec, std::vector<TensorDesc> io, size_t inputs) const;
+  // nki.jit's call: the kernel's own task, on the device of `hbm` (dense neuron tensors).
   void launch(const std::vector<at::Tensor>& hbm) const;
   const std::string& name() const { return name_; }
   const std::vector<Io>& io() const { return io_; }

@@ -7,6 +7,7 @@
 #include <ATen/ops/empty.h>
 #include <c10/util/strides.h>
 
+#include <algorithm>
 #include <sstream>
 #include <vector>
 
@@ -298,21 +299,6 @@ void size_written_args(const c10::FunctionSchema& schema, c10::IValue* args, con
 
 }  // namespace
 
-// TORCH_NEURONX_KERNELS=nki: the call's task runs an NKI library kernel's program where it fits
-// (nki/kernel_source.h); fresh, dense outputs only.
-static bool run_from_source(c10::DeviceIndex device, OpRecord& rec, const c10::IValue* args, size_t nargs,
-                            const std::vector<at::Tensor>& outputs) {
-  for (int r : rec.return_arg)
-    if (r >= 0) return false;
-  for (const auto& o : outputs)
-    if (!o.defined() || !o.is_contiguous()) return false;
-  const std::vector<c10::IValue> values(args, args + nargs);
-  auto program = nki::program_for(rec, values);
-  if (!program) return false;
-  nki::launch_program(device, rec, std::move(program), values, outputs);
-  return true;
-}
-
 bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stack* stack, std::string* why) {
   if (rec.no_meta.load(std::memory_order_relaxed)) {
     *why = "its meta kernel is not implemented";
@@ -430,8 +416,10 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
     }
     results.push_back(next_return(outputs, &k, answer->output_counts[fresh++]));
   }
+  // TORCH_NEURONX_KERNELS=nki: the task may run an NKI library kernel instead (fresh outputs only).
   if (C10_UNLIKELY(rec.nki_source.load(std::memory_order_relaxed)) &&
-      run_from_source(device, rec, args, nargs, outputs)) {
+      std::none_of(rec.return_arg.begin(), rec.return_arg.end(), [](int r) { return r >= 0; }) &&
+      nki::run_from_source(device, rec, std::vector<c10::IValue>(args, args + nargs), outputs)) {
     stack->erase(stack->end() - nargs, stack->end());
     for (auto& r : results) stack->push_back(std::move(r));
     return true;
