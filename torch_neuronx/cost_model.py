@@ -29,27 +29,35 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
 from . import _C
+from .nki import _profile
 
 
 @dataclass(frozen=True)
 class Roofline:
-    """One chip's figures, AWS's (per chip: 8 physical cores)."""
+    """One chip's figures, AWS's (per chip: 8 physical cores). The engines' clocks are the NKI
+    profile's (nki/_profile.py)."""
     name: str
     tensor_flops: dict  # dtype -> dense FLOP/s per chip
-    vector_hz: float
-    scalar_hz: float
     hbm_bytes_per_s: float
     link_bytes_per_s: float  # NeuronLink per chip
     fixed_us: float = 1.5
+
+    @property
+    def vector_hz(self) -> float:
+        return _profile.PROFILES[self.name].vector_hz
+
+    @property
+    def scalar_hz(self) -> float:
+        return _profile.PROFILES[self.name].scalar_hz
 
 
 ROOFLINES = {
     "trn2": Roofline("trn2", {torch.bfloat16: 667e12, torch.float16: 667e12, torch.float32: 181e12,
                               torch.float8_e4m3fn: 1299e12, torch.float8_e5m2: 1299e12},
-                     vector_hz=0.96e9, scalar_hz=1.2e9, hbm_bytes_per_s=2.9e12, link_bytes_per_s=1.28e12),
+                     hbm_bytes_per_s=2.9e12, link_bytes_per_s=1.28e12),
     "trn3": Roofline("trn3", {torch.bfloat16: 671e12, torch.float16: 671e12, torch.float32: 183e12,
                               torch.float8_e4m3fn: 2517e12, torch.float8_e5m2: 2517e12},
-                     vector_hz=1.2e9, scalar_hz=1.2e9, hbm_bytes_per_s=4.9e12, link_bytes_per_s=2.56e12),
+                     hbm_bytes_per_s=4.9e12, link_bytes_per_s=2.56e12),
 }
 PHYSICAL_CORES = 8
 LANES = 128
@@ -202,7 +210,7 @@ def record_nki(kernel_name: str, instrs) -> None:
     recorder = getattr(_active, "recorder", None)
     if recorder is None:
         return
-    from .nki import _cost, _profile
+    from .nki import _cost
 
     est = _cost.estimate(instrs, _profile.current(recorder.roof.name))
     engine = max(est.busy_us, key=est.busy_us.get)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import itertools
 import time
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -30,8 +31,8 @@ from . import _trace as T
 from ._errors import NkiTraceError, NkiValidationError
 from ._tensor import SHARED_HBM, NkiTensor
 
-__all__ = ["jit", "simulate", "estimate", "benchmark", "nki_op", "NkiValidationError", "NkiTraceError", "language",
-           "isa"]
+__all__ = ["jit", "simulate", "estimate", "benchmark", "nki_op", "Spec", "NkiValidationError", "NkiTraceError",
+           "language", "isa"]
 
 
 def _strict() -> bool:
@@ -40,12 +41,29 @@ def _strict() -> bool:
     return bool(_C._config_flag("TORCH_NEURONX_STRICT"))
 
 
-def _torch_dtype(array: np.ndarray) -> torch.dtype:
-    try:
-        return torch.from_numpy(np.empty(0, dtype=array.dtype)).dtype
-    except TypeError:
-        raise TypeError(f"nki: NumPy dtype {array.dtype} has no torch dtype; pass float32, float16, int32, int8, "
-                        f"uint8 or bool arrays") from None
+class Spec(NamedTuple):
+    """A tensor argument by its shape and dtype only: what a kernel is traced on (nki.estimate, and
+    the eager kernel source, trace without data)."""
+    shape: tuple
+    dtype: torch.dtype
+
+
+_TENSORS = (torch.Tensor, np.ndarray, Spec)
+
+
+def _spec(a) -> Spec:
+    """(shape, dtype) of a tensor argument; a symbolic size (a compiled graph's) specializes."""
+    if isinstance(a, Spec):
+        return a
+    if isinstance(a, np.ndarray):
+        try:
+            dtype = torch.from_numpy(np.empty(0, dtype=a.dtype)).dtype
+        except TypeError:
+            raise TypeError(f"nki: NumPy dtype {a.dtype} has no torch dtype; pass float32, float16, int32, int8, "
+                            f"uint8 or bool arrays") from None
+    else:
+        dtype = a.dtype
+    return Spec(tuple(int(n) for n in a.shape), dtype)
 
 
 class _Traced:
@@ -73,10 +91,8 @@ class Kernel:
     def _traced(self, args, kwargs, profile) -> tuple[_Traced, list]:
         tensors, key = [], [self.grid, profile.name, _strict()]
         for a in list(args) + [kwargs[k] for k in sorted(kwargs)]:
-            if isinstance(a, (torch.Tensor, np.ndarray)):
-                dtype = a.dtype if isinstance(a, torch.Tensor) else _torch_dtype(a)
-                # A symbolic size (a compiled graph's) specializes: the program is static per shape.
-                key.append(("t", tuple(int(n) for n in a.shape), dtype))
+            if isinstance(a, _TENSORS):
+                key.append(("t", *_spec(a)))
                 tensors.append(a)
             elif isinstance(a, (list, dict, set)):
                 raise TypeError(f"nki: kernel {self.fn.__name__} takes a {type(a).__name__} argument; kernel "
@@ -96,10 +112,7 @@ class Kernel:
         index = itertools.count()
 
         def symbolic(a):
-            if isinstance(a, (torch.Tensor, np.ndarray)):
-                dtype = a.dtype if isinstance(a, torch.Tensor) else _torch_dtype(a)
-                return trace.argument(tuple(int(n) for n in a.shape), dtype, next(index))
-            return a
+            return trace.argument(*_spec(a), next(index)) if isinstance(a, _TENSORS) else a
 
         sym_args = [symbolic(a) for a in args]
         sym_kwargs = {k: symbolic(kwargs[k]) for k in sorted(kwargs)}

@@ -3,6 +3,7 @@ engine clocks and DMA rates (AWS's Trainium2/Trainium3 architecture pages and NK
 shared/docs/trainium.md). An NKI kernel runs on one physical core."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 
@@ -40,12 +41,18 @@ PROFILES = {
 PSUM_BANK_BYTES = 2048
 
 
-def current(name: str | None = None) -> CoreProfile:
-    """The named profile, or the one the neuron runtime runs (TORCH_NEURONX_PROFILE)."""
-    if name is None:
-        from .. import _C
+@functools.lru_cache(maxsize=1)
+def _runtime_profile() -> str:
+    """The runtime's profile (TORCH_NEURONX_PROFILE), fixed for the process once it started."""
+    from .. import _C
 
-        name = _C._runtime_config()["profile"]
+    return _C._runtime_config()["profile"]
+
+
+def current(name: str | None = None) -> CoreProfile:
+    """The named profile, or the one the neuron runtime runs."""
+    if name is None:
+        name = _runtime_profile()
     if name not in PROFILES:
         raise ValueError(f"nki: unknown profile {name!r}; known: {', '.join(PROFILES)}")
     return PROFILES[name]

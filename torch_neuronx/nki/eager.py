@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from .. import _C
-from . import _profile, kernels
+from . import Spec, _profile, kernels
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _MAX_K = 4096  # the matmul kernel keeps a 512-wide block of B (K rows) in SBUF
@@ -22,13 +22,14 @@ def _same_dtype(*tensors) -> bool:
 
 
 def _program(kernel, *args):
-    """The kernel's program for these shapes (meta tensors stand for views the op reshapes)."""
+    """The kernel's program for these arguments (tensors as shapes and dtypes)."""
     traced, _ = kernel._traced(args, {}, _profile.current())
     return traced.program
 
 
 def _shape(t, shape=None):
-    return torch.empty(shape if shape is not None else t.shape, dtype=t.dtype, device="meta")
+    """A tensor argument as the kernel sees it, `shape` where the op's tensor is viewed so."""
+    return Spec(tuple(shape if shape is not None else t.shape), t.dtype)
 
 
 def mm(a, b):
@@ -61,9 +62,7 @@ def sdpa(q, k, v, attn_bias, dropout_p, is_causal, return_debug_mask, scale):
         return None
     if k.shape[2] * k.element_size() * (1 + q.shape[-1] / 128) > 96 * 1024:  # K and V stay in SBUF
         return None
-    traced, _ = kernels.flash_attention_fwd._traced(
-        (_shape(q), _shape(k), _shape(v), bool(is_causal), scale, True), {}, _profile.current())
-    return traced.program
+    return _program(kernels.flash_attention_fwd, _shape(q), _shape(k), _shape(v), bool(is_causal), scale, True)
 
 
 def layer_norm(x, normalized_shape, weight, bias, eps):
@@ -73,10 +72,8 @@ def layer_norm(x, normalized_shape, weight, bias, eps):
     if not _same_dtype(x, *(t for t in (weight, bias) if t is not None)) or x.numel() == 0 or hidden > 8192:
         return None
     rows = x.numel() // hidden
-    traced, _ = kernels.layernorm._traced(
-        (_shape(x, (rows, hidden)), weight if weight is None else _shape(weight),
-         bias if bias is None else _shape(bias), float(eps), True), {}, _profile.current())
-    return traced.program
+    return _program(kernels.layernorm, _shape(x, (rows, hidden)), weight if weight is None else _shape(weight),
+                    bias if bias is None else _shape(bias), float(eps), True)
 
 
 SOURCES = {
