@@ -1,6 +1,9 @@
 """The NKI kernel library (torch_neuronx.nki.kernels) against torch, on neuron and on NumPy, on
 shapes that need several tiles and ragged edges; nki_op (custom op, opcheck, autograd,
 torch.compile); the cost model's properties."""
+import os
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -72,27 +75,9 @@ def test_library_kernels_on_numpy():
 
 
 # --- nki_op ---------------------------------------------------------------------------------
-@torch_neuronx.nki_op("nki_test::rmsnorm")
-def nki_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return kernels.rmsnorm(x.reshape(-1, x.shape[-1]), weight, eps).reshape(x.shape)
-
-
-def _rms_setup(ctx, inputs, output):
-    x, weight, eps = inputs
-    ctx.save_for_backward(x, weight)
-    ctx.eps = eps
-
-
-def _rms_backward(ctx, grad):
-    x, weight = ctx.saved_tensors
-    xf, gw = x.float(), grad.float() * weight.float()
-    r = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + ctx.eps)
-    dx = r * gw - xf * r.pow(3) * (gw * xf).mean(-1, keepdim=True)
-    dw = (grad.float() * xf * r).reshape(-1, x.shape[-1]).sum(0)
-    return dx.to(x.dtype), dw.to(weight.dtype), None
-
-
-nki_rmsnorm.register_autograd(_rms_backward, setup_context=_rms_setup)
+# The custom op of examples/nki_rmsnorm.py (a kernel and its backward), as a user writes one.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+from nki_rmsnorm import rmsnorm as nki_rmsnorm  # noqa: E402
 
 
 @nki.jit
@@ -121,7 +106,7 @@ def test_nki_op_passes_opcheck():
     torch.library.opcheck(nki_rmsnorm, (x, w, 1e-6), test_utils=OPCHECKS)
     torch.library.opcheck(nki_scale_into, (torch.randn(200, 32, device=N), torch.empty(200, 32, device=N), 2.5),
                           test_utils=OPCHECKS)
-    assert torch._C._dispatch_has_computed_kernel_for_dispatch_key("nki_test::rmsnorm", "AutogradPrivateUse1")
+    assert torch._C._dispatch_has_computed_kernel_for_dispatch_key("examples::rmsnorm", "AutogradPrivateUse1")
 
 
 def test_nki_op_mutates_its_declared_argument():
