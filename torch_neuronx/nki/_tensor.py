@@ -49,6 +49,11 @@ class Storage:
         return self.free_elements * self.dtype.itemsize
 
 
+def no_masks():
+    raise NkiTraceError("masks (mask=) are not supported; slice the ragged edge instead (x[i * 128:i * 128 + p]) "
+                        "as the NKI 0.3+ API does")
+
+
 class Index:
     """`nl.arange(n)` and affine expressions of it (`i * 128 + nl.arange(128)[:, None]`): a run of
     `size` indices from `start` by `step`; `axis` is where `[:, None]` / `[None, :]` put it."""
@@ -90,8 +95,7 @@ class Index:
     __rmul__ = __mul__
 
     def __lt__(self, other):
-        raise NkiTraceError("masks (mask=) are not supported; slice the ragged edge instead "
-                            "(x[i * 128:i * 128 + p]) as the NKI 0.3+ API does")
+        no_masks()
 
     __le__ = __gt__ = __ge__ = __lt__
 

@@ -14,7 +14,7 @@ from .. import _C
 from . import _trace as T
 from . import isa as nisa
 from ._errors import NkiTraceError, fail
-from ._tensor import HBM, PSUM, SBUF, SHARED_HBM, Index, NkiTensor
+from ._tensor import HBM, PSUM, SBUF, SHARED_HBM, Index, NkiTensor, no_masks
 
 # --- dtypes (torch dtypes, so tensors' .dtype compares with them) ------------------------------
 float32, bfloat16, float16 = torch.float32, torch.bfloat16, torch.float16
@@ -156,8 +156,8 @@ class _Op:
         return f"nl.{self.__name__}"
 
     def __call__(self, x, y=None, dtype=None, **kw):
-        if "mask" in kw and kw["mask"] is not None:
-            raise NkiTraceError("masks (mask=) are not supported; slice the ragged edge instead")
+        if kw.get("mask") is not None:
+            no_masks()
         if self.alu is not None and (y is not None or self.act is None):
             return _binary(self, x, y, dtype)
         return _unary(self, x, dtype)
@@ -248,7 +248,7 @@ floor = _Op("floor", act="floor")
 # --- data movement -----------------------------------------------------------------------------
 def load(src, dtype=None, mask=None, **_):
     if mask is not None:
-        raise NkiTraceError("masks (mask=) are not supported; slice the ragged edge instead")
+        no_masks()
     if not isinstance(src, NkiTensor) or src.buffer not in (HBM, SHARED_HBM):
         fail("memory", f"nl.load reads an HBM tensor, got {src!r}", "load")
     shape = src.shape if src.ndim >= 2 else (src.shape[0] if src.ndim else 1, 1)
@@ -259,7 +259,7 @@ def load(src, dtype=None, mask=None, **_):
 
 def store(dst, value, mask=None, **_):
     if mask is not None:
-        raise NkiTraceError("masks (mask=) are not supported; slice the ragged edge instead")
+        no_masks()
     if not isinstance(dst, NkiTensor) or dst.buffer not in (HBM, SHARED_HBM):
         fail("memory", f"nl.store writes an HBM tensor, got {dst!r}", "store")
     if value.buffer == PSUM:  # DMA cannot read PSUM: the compiler stages it through SBUF
