@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.requirements-stamp
 RT_BUILD := build/runtime-tests
 RT_CMAKE := -G Ninja -DNEURONX_BUILD_EXTENSION=OFF -DNEURONX_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all sysdeps venv install lint runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile bench-collectives bench-nki conformance hf-matrix upstream-tests clean
+.PHONY: all sysdeps venv install lint runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile bench-collectives bench-nki bench-cost-model conformance hf-matrix upstream-tests clean
 
 all: install
 
@@ -74,6 +74,9 @@ bench-compile: install
 
 bench-collectives: install
 	$(PY) -P benchmarks/collectives.py
+
+bench-cost-model: install
+	$(PY) -P benchmarks/cost_model_vs_aws.py
 
 bench-nki: install
 	$(PY) -P benchmarks/nki.py

@@ -88,6 +88,31 @@ def main():
     print(f"{'add 16M fp32 GB/s':<26}{cpu:>10.1f}{neu:>10.1f}{neu / cpu:>8.2f}")
 
     graph_replay()
+    profiler_overhead()
+
+
+def profiler_overhead():
+    """torch.profiler's cost per small op on neuron with device spans (ProfilerActivity.PrivateUse1:
+    a span per task, its launch and flow, and the Trn2/Trn3 estimate of its op) against the
+    profiler off, and against the CPU-only profiler on the CPU device."""
+    from torch.profiler import ProfilerActivity, profile
+
+    iters = 5000
+    print(f"\nprofiler cost per op (a + b on [1024], µs/op; {iters} ops per round, best of {ROUNDS})")
+    print(f"{'':<44}{'µs/op':>8}{'vs off':>8}")
+    for device, activities in (("cpu", [ProfilerActivity.CPU]),
+                               ("neuron", [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1])):
+        a, b = torch.randn(1024, device=device), torch.randn(1024, device=device)
+        timed(lambda: a + b, device, 500)
+        off = min(timed(lambda: a + b, device, iters) for _ in range(ROUNDS))
+        on = float("inf")
+        for _ in range(ROUNDS):
+            with profile(activities=activities, record_shapes=True) as prof:
+                on = min(on, timed(lambda: a + b, device, iters))
+        spans = sum(1 for e in prof.events() if e.device_type != torch.autograd.DeviceType.CPU)
+        label = "+".join(a_.name for a_ in activities)
+        print(f"{device + ' profiler off':<44}{off * 1e6:>8.2f}{1.0:>8.2f}")
+        print(f"{device + f' profiler {label} ({spans} device spans)':<44}{on * 1e6:>8.2f}{on / off:>8.2f}")
 
 
 def small_loop(x, w):

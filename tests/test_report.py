@@ -53,3 +53,20 @@ def test_bad_input_is_refused_with_a_message_and_a_nonzero_exit(tmp_path):
     assert report.main([str(tmp_path)]) == 2
     (tmp_path / "config.json").write_text(json.dumps(LLAMA_8B))
     assert report.main([str(tmp_path), "--dtype", "fp64"]) == 2
+
+
+def test_the_html_page_has_the_time_by_op_and_the_memory_bars(tmp_path):
+    import base64
+    import re
+
+    page, out = tmp_path / "r.html", tmp_path / "r.json"
+    assert report.main([tiny_model(tmp_path / "m"), "--train", "--seq", "32", "--json", str(out),
+                        "--html", str(page)]) == 0
+    text = page.read_text()
+    images = re.findall(r'src="data:image/png;base64,([^"]+)"', text)
+    assert len(images) == 2 and all(base64.b64decode(i).startswith(b"\x89PNG") for i in images)
+    assert "LlamaForCausalLM" in text
+    r = json.loads(out.read_text())
+    rows = r["breakdown"]["trn2"]
+    assert rows[0][2] == max(row[2] for row in rows)  # the costliest op first
+    assert abs(sum(row[3] for row in rows) - 1.0) < 1e-6 or len(rows) == 30

@@ -86,6 +86,16 @@ if _C._config_text("TORCH_NEURONX_KERNELS") not in ("", "cpu"):
     from .nki import eager as _nki_eager
 
     _nki_eager.install()
+
+
+def _price_spans(ops):
+    """Prices the device spans of a torch.profiler trace (the Trn2/Trn3 estimates each carries)."""
+    from .cost_model import price_traced
+
+    return price_traced(ops)
+
+
+_C._set_span_estimator(_price_spans)
 from .ops import (  # noqa: E402
     explain,
     op_counts,

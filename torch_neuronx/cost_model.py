@@ -20,6 +20,7 @@ measurement of this host.
 """
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass, field
 
@@ -103,6 +104,13 @@ class Estimate:
     def total_us(self) -> float:
         return sum(o.us for o in self.ops)
 
+    def sharded_us(self, degree: int) -> float:
+        """The step on each of `degree` logical cores when every op is split across them (tensor
+        parallel): an op's compute and memory time divide, its fixed cost does not. Collectives
+        between the shards are the caller's (report.py adds them)."""
+        fixed = ROOFLINES[self.profile].fixed_us
+        return sum((max(o.us - fixed, 0.0)) / degree + min(o.us, fixed) for o in self.ops)
+
     def by_op(self) -> list:
         """(name, calls, µs, share) per op name, the costliest first."""
         rows = {}
@@ -160,29 +168,41 @@ class _Recorder(TorchDispatchMode):
         roof, share = self.roof, self.lnc / PHYSICAL_CORES
         tensors_in = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
         tensors_out = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-        nbytes = sum(t.numel() * t.element_size() for t in tensors_in + tensors_out)
-        dtype = (tensors_in or tensors_out or [torch.empty(0)])[0].dtype
-        flops = _flops(func, args, kwargs, out)
         if func.namespace == "_c10d_functional":  # a ring moves ~2x the buffer over the core's NeuronLink share
+            nbytes = sum(t.numel() * t.element_size() for t in tensors_in + tensors_out)
+            dtype = (tensors_in or tensors_out or [torch.empty(0)])[0].dtype
             link = 2 * sum(t.numel() * t.element_size() for t in tensors_out) / (roof.link_bytes_per_s * share)
             fixed = roof.fixed_us * 1e-6
             return OpCost(str(func.overloadpacket).replace(".", "::", 1), [tuple(t.shape) for t in tensors_in],
                           str(dtype), 0.0, nbytes, "collective", "memory" if link > fixed else "overhead",
                           (link + fixed) * 1e6)
-        if flops:
-            engine = "tensor"
-            peak = roof.tensor_flops.get(dtype, roof.tensor_flops[torch.float32]) * share
-            compute = flops / peak
-        else:
-            engine = "scalar" if name in _SCALAR else "vector"
-            elements = max([t.numel() for t in tensors_in + tensors_out] or [0])
-            hz = roof.scalar_hz if engine == "scalar" else roof.vector_hz
-            compute = elements / (LANES * hz * self.lnc)
-        memory = nbytes / (roof.hbm_bytes_per_s * share)
-        fixed = roof.fixed_us * 1e-6
-        bound = max((compute, "compute"), (memory, "memory"), (fixed, "overhead"))[1]
-        return OpCost(str(func.overloadpacket).replace(".", "::", 1), [tuple(t.shape) for t in tensors_in], str(dtype),
-                      flops, nbytes, engine, bound, (max(compute, memory) + fixed) * 1e6)
+        if name == "embedding":  # a gather: it reads the rows it returns, not the whole table
+            tensors_in = tensors_in[1:]
+        flops = _flops(func, args, kwargs, out)
+        return _priced(roof, self.lnc, str(func.overloadpacket).replace(".", "::", 1), tensors_in, tensors_out, flops,
+                       "scalar" if name in _SCALAR else "vector")
+
+
+def _priced(roof: Roofline, lnc: int, name: str, tensors_in: list, tensors_out: list, flops: float,
+            engine: str) -> OpCost:
+    """An op's roofline: compute (FLOPs on the Tensor Engine, or elements on `engine`) against
+    its bytes at the core's share of HBM bandwidth, plus the fixed cost."""
+    share = lnc / PHYSICAL_CORES
+    nbytes = sum(t.numel() * t.element_size() for t in tensors_in + tensors_out)
+    dtype = (tensors_in or tensors_out or [torch.empty(0)])[0].dtype
+    if flops:
+        engine = "tensor"
+        peak = roof.tensor_flops.get(dtype, roof.tensor_flops[torch.float32]) * share
+        compute = flops / peak
+    else:
+        elements = max([t.numel() for t in tensors_in + tensors_out] or [0])
+        hz = roof.scalar_hz if engine == "scalar" else roof.vector_hz
+        compute = elements / (LANES * hz * lnc)
+    memory = nbytes / (roof.hbm_bytes_per_s * share)
+    fixed = roof.fixed_us * 1e-6
+    bound = max((compute, "compute"), (memory, "memory"), (fixed, "overhead"))[1]
+    return OpCost(name, [tuple(t.shape) for t in tensors_in], str(dtype), flops, nbytes, engine, bound,
+                  (max(compute, memory) + fixed) * 1e6)
 
 
 def estimate(fn, *args, profile: str = "trn2", lnc: int | None = None, **kwargs) -> Estimate:
@@ -216,3 +236,64 @@ def record_nki(kernel_name: str, instrs) -> None:
     engine = max(est.busy_us, key=est.busy_us.get)
     recorder.ops.append(OpCost(f"nki::{kernel_name}", [], "", float(est.flops), est.dma_bytes, "nki",
                                f"{engine} engine", est.latency_us))
+
+
+def _traced_call(name: str, dims: list, types: list, values: list):
+    """The op and its (args, kwargs) on the meta device, from what the device tracer noted."""
+    namespace, _, qualified = name.partition("::")
+    op_name, _, overload = qualified.partition(".")
+    op = getattr(getattr(getattr(torch.ops, namespace), op_name), overload or "default")
+    args, kwargs = [], {}
+    for arg, shape, kind, value in zip(op._schema.arguments, dims, types, values):
+        if kind:
+            value = torch.empty(shape, dtype=_traced_dtype(kind), device="meta")
+        if arg.kwarg_only:
+            if value is not None:
+                kwargs[arg.name] = value
+        else:
+            args.append(value)
+    while args and args[-1] is None:  # trailing optionals keep their defaults
+        args.pop()
+    return op, args, kwargs
+
+
+# c10's dtype names (what the device tracer writes) that are not torch's attribute in lower case.
+_DTYPE_NAMES = {"Float": "float32", "Double": "float64", "Half": "float16", "Long": "int64", "Int": "int32",
+                "Short": "int16", "Char": "int8", "Byte": "uint8", "Float8_e4m3fn": "float8_e4m3fn",
+                "Float8_e5m2": "float8_e5m2", "ComplexFloat": "complex64", "ComplexDouble": "complex128"}
+
+
+def _nki_prices(serial: int, profiles) -> tuple | None:
+    from .nki import _cost, _trace
+
+    trace = _trace.PROGRAMS.get(serial)
+    if trace is None:
+        return None
+    return tuple(_cost.estimate(trace.instrs, _profile.current(p)).latency_us for p in profiles)
+
+
+def _traced_dtype(name: str) -> torch.dtype:
+    return getattr(torch, _DTYPE_NAMES.get(name, name.lower()))
+
+
+def price_traced(ops: list, profiles=("trn2", "trn3")) -> list:
+    """The Trn2 and Trn3 estimates (µs) of the host ops behind the device spans of a torch.profiler
+    trace, each described by the device tracer as (name, shapes, dtypes, values) in JSON, one entry
+    per input. None where an op cannot be rebuilt on the meta device (a list of tensors, say)."""
+    prices = []
+    for name, dims, types, values in ops:
+        dims, types, values = json.loads(dims), json.loads(types), json.loads(values)
+        try:
+            if name.startswith("nki::"):  # an NKI kernel's launch: its own instruction-level estimate
+                prices.append(_nki_prices(values[0], profiles))
+                continue
+            if "::" not in name:  # a kernel of a compiled graph: a fused loop over its buffers
+                tensors = [torch.empty(d, dtype=_traced_dtype(k), device="meta") for d, k in zip(dims, types) if k]
+                lnc = int(_C._config_text("NEURON_LOGICAL_NC_CONFIG") or 2)
+                prices.append(tuple(_priced(ROOFLINES[p], lnc, name, tensors, [], 0.0, "vector").us for p in profiles))
+                continue
+            op, args, kwargs = _traced_call(name, dims, types, values)
+            prices.append(tuple(estimate(op, *args, profile=p, **kwargs).total_us for p in profiles))
+        except Exception:
+            prices.append(None)
+    return prices

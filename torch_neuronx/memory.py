@@ -1,6 +1,9 @@
 """Device memory statistics of the neuron caching allocator (the torch.cuda memory API)."""
 from __future__ import annotations
 
+import pickle
+import sys
+
 import torch
 
 from . import _C
@@ -99,3 +102,39 @@ def set_per_process_memory_fraction(fraction: float, device=None) -> None:
 
 def get_per_process_memory_fraction(device=None) -> float:
     return _C._memory_fraction(device_index(device))
+
+
+def _record_memory_history(enabled="all", context="all", stacks="all", max_entries: int = sys.maxsize,
+                           clear_history: bool = False) -> None:
+    """Records what allocates device memory, as torch.cuda.memory._record_memory_history: with
+    `enabled="state"` the stack of every live block, with "all" also a log of the allocator's
+    actions (the newest `max_entries`); None stops. `context` picks which actions keep stacks
+    (None, "state", "alloc", "all"); `stacks="python"` leaves out C++ frames. Read it with
+    `_snapshot()`."""
+    if enabled not in (None, "state", "all"):
+        raise ValueError(f"neuron: _record_memory_history(enabled={enabled!r}): expected None, 'state' or 'all'")
+    if context not in (None, "state", "alloc", "all"):
+        raise ValueError(f"neuron: _record_memory_history(context={context!r}): expected None, 'state', 'alloc' "
+                         "or 'all'")
+    if stacks not in ("python", "all"):
+        raise ValueError(f"neuron: _record_memory_history(stacks={stacks!r}): expected 'python' or 'all'")
+    if not isinstance(max_entries, int) or isinstance(max_entries, bool) or max_entries <= 0:
+        raise ValueError(f"neuron: _record_memory_history(max_entries={max_entries!r}): expected a positive int")
+    _C._record_memory_history(enabled or "", context or "", stacks, min(max_entries, 2**63 - 1), clear_history)
+
+
+def _snapshot(device=None) -> dict:
+    """The allocator's segments and blocks now, and the recorded history, in torch.cuda.memory's
+    snapshot format: torch.cuda._memory_viz and pytorch.org/memory_viz read it."""
+    return _C._memory_snapshot()
+
+
+def _dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
+    """Pickles `_snapshot()` to `filename`, for pytorch.org/memory_viz."""
+    with open(filename, "wb") as f:
+        pickle.dump(_snapshot(), f)
+
+
+def memory_snapshot() -> list:
+    """The allocator's segments (torch.cuda.memory_snapshot())."""
+    return _snapshot()["segments"]

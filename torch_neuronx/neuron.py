@@ -19,7 +19,10 @@ from .graphs import (  # noqa: F401  (re-exported as torch.neuron.*)
     make_graphed_callables,
 )
 from .multiprocessing import ipc_collect  # noqa: F401  (re-exported as torch.neuron.*)
+from . import memory  # noqa: F401  (torch.neuron.memory, as torch.cuda.memory)
 from .memory import (  # noqa: F401  (re-exported as torch.neuron.*)
+    _record_memory_history,
+    _snapshot,
     empty_cache,
     get_per_process_memory_fraction,
     max_memory_allocated,
@@ -27,6 +30,7 @@ from .memory import (  # noqa: F401  (re-exported as torch.neuron.*)
     mem_get_info,
     memory_allocated,
     memory_reserved,
+    memory_snapshot,
     memory_stats,
     memory_summary,
     reset_accumulated_memory_stats,

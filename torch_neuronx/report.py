@@ -4,8 +4,9 @@ memory does it need, and how fast would a training or generation step be on trn2
 The model is built from its `config.json` on the meta device (no weights are read or allocated),
 and one step runs there: its ATen ops give the plan of each on neuron (`explain`), the tensors the
 backward keeps (activation memory) and the cost model's estimate (`cost_model.py`). Printed as
-text, and with `--json PATH` as JSON with the keys `will_run`, `fallbacks`, `sync_ops`,
-`graph_breaks`, `parameters`, `memory`, `min_devices` and `estimate`.
+text, with `--json PATH` as JSON with the keys `will_run`, `fallbacks`, `sync_ops`,
+`graph_breaks`, `parameters`, `memory`, `min_devices`, `estimate` (and `breakdown`: µs per op name),
+and with `--html PATH` as a page with the time by op and the memory bars (report_html.py).
 """
 from __future__ import annotations
 
@@ -59,11 +60,15 @@ def _plans(op_names) -> tuple[list, list]:
 
 
 def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, generate: int = 0,
-           dtype: str = "bf16") -> dict:
+           dtype: str = "bf16", devices: int | None = None) -> dict:
+    """The report of the model in `model_dir` (see the module's doc). `devices` estimates the speed on
+    that many logical cores (tensor parallel) instead of the fewest that fit."""
     if dtype not in _DTYPES:
         raise ReportError(f"--dtype {dtype}: expected one of {', '.join(_DTYPES)}")
     if batch < 1 or seq < 1 or generate < 0:
         raise ReportError("--batch and --seq must be positive, --generate non-negative")
+    if devices is not None and devices not in (1, 2, 4, 8, 16, 32, 64):
+        raise ReportError(f"--devices {devices}: expected a power of two from 1 to {_MAX_DEVICES}")
     torch_dtype = _DTYPES[dtype]
     config, model = _load(model_dir, torch_dtype)
     params = sum(p.numel() for p in model.parameters())
@@ -88,15 +93,14 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
                 model(input_ids=ids)
 
     ops, dtypes = set(), set()
-    estimates = {}
+    estimates, decodes = {}, {}
     for profile in ROOFLINES:
         saved[0] = 0
         est = estimate(step, profile=profile, lnc=2)
         estimates[profile] = est
         if generate:  # then one token per step, each reading every weight
             one = torch.zeros(batch, 1, dtype=torch.long, device="meta")
-            decode = estimate(lambda: model(input_ids=one), profile=profile, lnc=2)
-            est.ops.extend(o for _ in range(generate) for o in decode.ops)
+            decodes[profile] = estimate(lambda: model(input_ids=one), profile=profile, lnc=2)
         ops |= {o.name for o in est.ops}
         dtypes |= {o.dtype for o in est.ops}
     fallbacks, syncs = _plans({n for n in ops if n.startswith("aten::")})
@@ -112,23 +116,42 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
     for profile, est in estimates.items():
         degree = next((d for d in (1, 2, 4, 8, 16, 32, 64) if total / d <= 0.9 * _CORE_HBM[profile]), None)
         min_devices[profile] = degree
+        if devices is not None:
+            degree = devices if total / devices <= 0.9 * _CORE_HBM[profile] else None
         if degree is None:
             result[profile] = None
             continue
-        seconds = est.total_us * 1e-6 / degree
-        if train and degree > 1:  # gradients reduced over NeuronLink each step
-            link = ROOFLINES[profile].link_bytes_per_s * 2 / 8
+        roof = ROOFLINES[profile]
+        link = roof.link_bytes_per_s * 2 / 8  # one logical core's share of NeuronLink (LNC=2)
+
+        def all_reduces(tokens: int, passes: int) -> float:
+            """Tensor parallel: two all-reduces of the hidden state per layer and pass, each a ring
+            moving ~2x its buffer, plus the fixed cost."""
+            if degree == 1:
+                return 0.0
+            size = batch * tokens * config.hidden_size * item
+            return 2 * passes * config.num_hidden_layers * (roof.fixed_us * 1e-6 + 2 * size / link)
+
+        seconds = est.sharded_us(degree) * 1e-6 + all_reduces(seq, 2 if train else 1)
+        if train and degree > 1:  # and the gradients, reduced over NeuronLink each step
             seconds += 2 * params * item / degree / link
+        if generate:
+            seconds += generate * (decodes[profile].sharded_us(degree) * 1e-6 + all_reduces(1, 1))
         tokens = batch * (generate if generate else seq)
-        result[profile] = {"step_seconds": seconds, "tokens_per_second": tokens / seconds}
+        result[profile] = {"step_seconds": seconds, "tokens_per_second": tokens / seconds, "devices": degree}
+        if generate:
+            result[profile]["token_seconds"] = decodes[profile].sharded_us(degree) * 1e-6 + all_reduces(1, 1)
     if all(v is None for v in min_devices.values()):
         raise ReportError(f"{total / GIB:,.1f} GiB does not fit {_MAX_DEVICES} logical cores of trn2 or trn3")
+    if all(v is None for v in result.values()):
+        raise ReportError(f"{total / GIB:,.1f} GiB does not fit {devices} logical cores of trn2 or trn3")
     unsupported = sorted(d for d in dtypes if d in ("torch.float64", "torch.complex64", "torch.complex128"))
     return {"model": os.path.abspath(model_dir), "architecture": type(model).__name__,
             "will_run": not fallbacks and not unsupported, "fallbacks": fallbacks, "sync_ops": syncs,
             "unsupported_dtypes": unsupported,
             "graph_breaks": [],  # torch.compile is not traced on the meta device
             "parameters": params, "memory": memory, "min_devices": min_devices, "estimate": result,
+            "breakdown": {p: [list(row) for row in (decodes or estimates)[p].by_op()[:30]] for p in estimates},
             "assumptions": {"batch": batch, "seq": seq, "train": train, "generate": generate, "dtype": dtype,
                             "lnc": 2, "optimizer": "AdamW, states in the parameter dtype" if train else None}}
 
@@ -140,11 +163,11 @@ def _text(r: dict) -> str:
             lines.append(f"  {key}: " + ", ".join(e["op"] for e in r[key]))
     lines.append("  memory (GiB): " + ", ".join(f"{k} {v / GIB:.2f}" for k, v in r["memory"].items()))
     for profile, est in r["estimate"].items():
-        degree = r["min_devices"][profile]
         if est is None:
-            lines.append(f"  {profile}: does not fit {_MAX_DEVICES} logical cores")
+            lines.append(f"  {profile}: does not fit")
         else:
-            lines.append(f"  {profile}: fits {degree} logical core(s); step {est['step_seconds']:.3f} s, "
+            lines.append(f"  {profile}: fits {r['min_devices'][profile]} logical core(s); on {est['devices']}: "
+                         f"step {est['step_seconds']:.3f} s, "
                          f"{est['tokens_per_second']:,.0f} tokens/s (cost-model estimate)")
     return "\n".join(lines)
 
@@ -157,10 +180,13 @@ def main(argv=None) -> int:
     p.add_argument("--train", action="store_true")
     p.add_argument("--generate", type=int, default=0, metavar="N")
     p.add_argument("--dtype", default="bf16")
+    p.add_argument("--devices", type=int, metavar="N", help="logical cores (tensor parallel) to estimate the speed on; "
+                   "default: the fewest that fit")
     p.add_argument("--json", metavar="PATH")
+    p.add_argument("--html", metavar="PATH", help="a page with the per-op time breakdown and the memory bars")
     args = p.parse_args(argv)
     try:
-        r = assess(args.model_dir, args.batch, args.seq, args.train, args.generate, args.dtype)
+        r = assess(args.model_dir, args.batch, args.seq, args.train, args.generate, args.dtype, args.devices)
     except ReportError as e:
         print(f"torch_neuronx.report: {e}", file=sys.stderr)
         return 2
@@ -168,6 +194,10 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(r, f, indent=2)
+    if args.html:
+        from . import report_html
+
+        report_html.write(r, _CORE_HBM, args.html)
     return 0
 
 

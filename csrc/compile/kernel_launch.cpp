@@ -1,9 +1,14 @@
 #include "compile/kernel_launch.h"
 
+#include <ATen/record_function.h>
+
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -41,6 +46,14 @@ constexpr auto kCallers = make_callers(std::make_index_sequence<kMaxKernelArgs +
 
 OpRecord& kernel_rec = typed_op("neuron::compiled_kernel", "a kernel of a compiled graph, launched as a task");
 
+// A kernel's name for its tasks (which need one that outlives them): kept once per kernel.
+const char* task_name(const std::string& kernel) {
+  static std::mutex mu;
+  static auto* names = new std::unordered_set<std::string>();  // leaked: tasks may run at exit
+  std::lock_guard<std::mutex> lock(mu);
+  return names->insert(kernel).first->c_str();
+}
+
 }  // namespace
 
 void launch_cpu_kernel(void* fn, const std::string& name, const std::string& kinds,
@@ -77,12 +90,16 @@ void launch_cpu_kernel(void* fn, const std::string& name, const std::string& kin
   }
   const auto device = check.device() >= 0 ? check.device() : current_device();
   kernel_rec.count(Mode::kAsync);
+  // The launch is a host op of its own for profilers (as a Triton kernel's launch is on CUDA); its
+  // device span carries the kernel's name.
+  RECORD_FUNCTION(name, c10::ArrayRef<const c10::IValue>(args.data(), args.size()));
+  const char* task = task_name(name);
   const Caller caller = kCallers[args.size()];
   if (scalars.empty()) {
-    launch(device, kernel_rec.name.c_str(), [fn, caller, a] { caller(fn, a.data()); });
+    launch(device, task, [fn, caller, a] { caller(fn, a.data()); });
     return;
   }
-  launch(device, kernel_rec.name.c_str(), [fn, caller, a, scalars = std::move(scalars)]() mutable {
+  launch(device, task, [fn, caller, a, scalars = std::move(scalars)]() mutable {
     for (auto& [i, value] : scalars) a[i] = reinterpret_cast<uintptr_t>(value.data());
     caller(fn, a.data());
   });

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/memory_history.h"
 
 namespace torch_neuronx {
 namespace {
@@ -73,7 +74,8 @@ struct Block {
   Block* next = nullptr;
   std::set<c10::StreamId> uses;  // other streams that used it (record_stream)
   std::vector<std::unique_ptr<neuronrt::Event>> events;
-  std::shared_ptr<CapturePool> pool;  // a graph capture's, if it was allocated while one ran
+  std::shared_ptr<CapturePool> pool;                 // a graph capture's, if it was allocated while one ran
+  std::shared_ptr<torch::CapturedTraceback> frames;  // what allocated it (memory history)
 
   bool whole_segment() const { return !prev && !next; }
 };
@@ -116,6 +118,7 @@ struct DeviceState {
   std::mutex mu;
   Pool small, large;
   std::vector<Block*> pending;
+  std::set<Block*> segments;  // each segment's first block (it lives as long as the segment)
   DeviceStats stats;
   double fraction = 1.0;                   // of the device's memory this process may reserve
   std::shared_ptr<CapturePool> capturing;  // the pool of the capture in progress on this device
@@ -137,6 +140,8 @@ class Allocator final : public CachingAllocator {
     const size_t size = round_size(n);
     const bool small = size <= kSmallSize;
     auto& st = state(device);
+    // Before the lock: gathering a stack may wait for the GIL, which an allocating thread may hold.
+    auto frames = memory_history().gather("alloc");
     std::unique_lock<std::mutex> lock(st.mu);
     if (st.capturing && st.capturing->stream == stream) {
       std::shared_ptr<CapturePool> pool = st.capturing;
@@ -169,6 +174,7 @@ class Allocator final : public CachingAllocator {
         const uint64_t cached = largest_cached_locked(st);
         const auto& mem = rt.memory(device);
         const uint64_t capacity = mem.capacity(), free = capacity - mem.used(), largest = mem.largest_free();
+        memory_history().record({"oom", device, 0, n, stream, 0, free, frames});
         lock.unlock();
         TORCH_CHECK_WITH(OutOfMemoryError, false, "neuron out of memory. Tried to allocate ", format_bytes(n),
                          " on neuron:", static_cast<int>(device), " (", rt.topology().profile->name,
@@ -183,7 +189,7 @@ class Allocator final : public CachingAllocator {
       b = new_segment_locked(st, device, stream, seg, p, small);
     }
     split_locked(st, b, size);
-    return hand_out_locked(st, b, n);
+    return hand_out_locked(st, b, n, std::move(frames));
   }
 
   c10::DataPtr allocate_fresh(c10::DeviceIndex device, c10::StreamId stream, size_t n) override {
@@ -191,6 +197,7 @@ class Allocator final : public CachingAllocator {
     if (n == 0) return c10::DataPtr(nullptr, nullptr, &free_block, dev);
     const size_t size = round_size(n);
     auto& st = state(device);
+    auto frames = memory_history().gather("alloc");
     std::unique_lock<std::mutex> lock(st.mu);
     void* p = take_segment_locked(st, device, size);
     if (!p) {
@@ -203,7 +210,8 @@ class Allocator final : public CachingAllocator {
                        " on neuron:", static_cast<int>(device), " while it ran; ", format_bytes(free),
                        " is free on the device", note, ". Free tensors or call torch.neuron.empty_cache().");
     }
-    return hand_out_locked(st, new_segment_locked(st, device, stream, size, p, size <= kSmallSize), n);
+    return hand_out_locked(st, new_segment_locked(st, device, stream, size, p, size <= kSmallSize), n,
+                           std::move(frames));
   }
 
   c10::DataPtr adopt(void* context, c10::Device device) override {
@@ -214,7 +222,10 @@ class Allocator final : public CachingAllocator {
   void release(Block* b) {
     if (forked_child()) return;  // the parent's blocks; this process may not touch the device
     auto& st = state(b->device);
+    auto frames = memory_history().gather("free_requested");
     std::lock_guard<std::mutex> lock(st.mu);
+    memory_history().record({"free_requested", b->device, addr(b), b->size, b->stream, 0, 0, std::move(frames)});
+    b->frames.reset();
     for_pools(b->small, [&](size_t i) {
       st.stats.allocation[i].decrease(1);
       st.stats.allocated_bytes[i].decrease(b->size);
@@ -339,6 +350,27 @@ class Allocator final : public CachingAllocator {
     st.fraction = fraction;
   }
 
+  std::vector<SegmentState> segments() override {
+    std::vector<SegmentState> out;
+    for (int d = 0; d < device_count(); ++d) {
+      auto& st = state(static_cast<c10::DeviceIndex>(d));
+      std::lock_guard<std::mutex> lock(st.mu);
+      for (const Block* head : st.segments) {
+        SegmentState seg{d, addr(head), 0, head->stream, head->small, {}};
+        for (const Block* b = head; b != nullptr; b = b->next) {
+          seg.total_size += b->size;
+          seg.blocks.push_back({addr(b), b->size, b->allocated ? b->requested : 0,
+                                b->allocated ? "active_allocated"
+                                : b->pending ? "active_pending_free"
+                                             : "inactive",
+                                b->frames});
+        }
+        out.push_back(std::move(seg));
+      }
+    }
+    return out;
+  }
+
   double memory_fraction(c10::DeviceIndex device) override {
     auto& st = state(device);
     std::lock_guard<std::mutex> lock(st.mu);
@@ -394,12 +426,19 @@ class Allocator final : public CachingAllocator {
       st.stats.segment[i].increase(1);
       st.stats.reserved_bytes[i].increase(size);
     });
-    return new Block{device, stream, size, 0, p, small};
+    auto* b = new Block{device, stream, size, 0, p, small};
+    st.segments.insert(b);
+    memory_history().record({"segment_alloc", device, addr(b), size, stream, 0});
+    return b;
   }
 
-  c10::DataPtr hand_out_locked(DeviceState& st, Block* b, size_t n) {
+  static uint64_t addr(const Block* b) { return reinterpret_cast<uint64_t>(b->ptr); }
+
+  c10::DataPtr hand_out_locked(DeviceState& st, Block* b, size_t n, std::shared_ptr<torch::CapturedTraceback> frames) {
     b->allocated = true;
     b->requested = n;
+    memory_history().record({"alloc", b->device, addr(b), b->size, b->stream, 0, 0, frames});
+    if (memory_history().keeps_state()) b->frames = std::move(frames);
     for_pools(b->small, [&](size_t i) {
       st.stats.allocation[i].increase(1);
       st.stats.active[i].increase(1);
@@ -447,6 +486,7 @@ class Allocator final : public CachingAllocator {
 
   // A free block joins its free neighbours and the pool.
   void cache_locked(DeviceState& st, Block* b) {
+    memory_history().record({"free_completed", b->device, addr(b), b->size, b->stream, 0});
     for_pools(b->small, [&](size_t i) {
       st.stats.active[i].decrease(1);
       st.stats.active_bytes[i].decrease(b->size);
@@ -497,6 +537,8 @@ class Allocator final : public CachingAllocator {
           continue;
         }
         runtime().memory(b->device).free(b->ptr);
+        memory_history().record({"segment_free", b->device, addr(b), b->size, b->stream, 0});
+        st.segments.erase(b);
         st.stats.num_device_free++;
         for_pools(b->small, [&](size_t i) {
           st.stats.segment[i].decrease(1);

@@ -4,6 +4,11 @@
 #include <c10/core/CachingDeviceAllocator.h>
 
 #include <memory>
+#include <vector>
+
+namespace torch {
+struct CapturedTraceback;
+}
 
 namespace torch_neuronx {
 
@@ -33,6 +38,21 @@ class CachingAllocator : public c10::DeviceAllocator {
   virtual void begin_capture_pool(c10::DeviceIndex device, c10::StreamId stream) = 0;
   virtual std::shared_ptr<CapturePool> end_capture_pool(c10::DeviceIndex device) = 0;
   virtual void release_capture_pool(c10::DeviceIndex device, const std::shared_ptr<CapturePool>& pool) = 0;
+
+  // The segments and their blocks now, for torch.neuron.memory._snapshot().
+  struct BlockState {
+    uint64_t address, size, requested;
+    const char* state;  // "active_allocated", "active_pending_free" or "inactive"
+    std::shared_ptr<torch::CapturedTraceback> frames;
+  };
+  struct SegmentState {
+    int device;
+    uint64_t address, total_size;
+    int64_t stream;
+    bool small;
+    std::vector<BlockState> blocks;
+  };
+  virtual std::vector<SegmentState> segments() = 0;
 };
 
 CachingAllocator& caching_allocator();

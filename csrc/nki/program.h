@@ -69,10 +69,14 @@ class Program : public std::enable_shared_from_this<Program> {
   // Queues the run as `rec`'s task on the current stream of `device`, over the device tensors
   // `io` describes (the program's arguments then its outputs; it checks they are its own). Of the
   // first `inputs`, one not dense is made dense inside the task.
-  void launch(c10::DeviceIndex device, OpRecord& rec, std::vector<TensorDesc> io, size_t inputs) const;
+  // The task is named `task` (one that outlives it), or for `rec`.
+  void launch(c10::DeviceIndex device, OpRecord& rec, std::vector<TensorDesc> io, size_t inputs,
+              const char* task = nullptr) const;
   // nki.jit's call: the kernel's own task, on the device of `hbm` (dense neuron tensors).
   void launch(const std::vector<at::Tensor>& hbm) const;
   const std::string& name() const { return name_; }
+  // Unique per program in the process: how a profiler's note of a launch finds its trace.
+  int64_t serial() const { return serial_; }
   const std::vector<Io>& io() const { return io_; }
   size_t size() const { return steps_.size(); }
 
@@ -82,6 +86,8 @@ class Program : public std::enable_shared_from_this<Program> {
 
  private:
   std::string name_;
+  std::string task_name_;  // "nki::<name>", its launches' host op and task
+  int64_t serial_;
   std::vector<Step> steps_;
   std::vector<at::Tensor> constants_;
   int64_t sbuf_row_, psum_row_;

@@ -10,6 +10,7 @@
 #include "compile/kernel_launch.h"
 #include "core/allocator.h"
 #include "core/device.h"
+#include "core/device_tracer.h"
 #include "core/generator.h"
 #include "core/shared_storage.h"
 #include "core/storage.h"
@@ -27,6 +28,7 @@ namespace torch_neuronx {
 void init_distributed_bindings(py::module& m);  // csrc/distributed/bindings.cpp
 void init_graph_bindings(py::module& m);        // csrc/python/graphs.cpp
 void init_nki_bindings(py::module& m);          // csrc/python/nki.cpp
+void init_memory_bindings(py::module& m);       // csrc/python/memory.cpp
 }  // namespace torch_neuronx
 
 PYBIND11_MODULE(_C, m) {
@@ -34,6 +36,7 @@ PYBIND11_MODULE(_C, m) {
   init_distributed_bindings(m);
   init_graph_bindings(m);
   init_nki_bindings(m);
+  init_memory_bindings(m);
   register_compressed_sparse_ops();
 
   m.def("_device_count", [] { return device_count(); });
@@ -134,12 +137,26 @@ PYBIND11_MODULE(_C, m) {
     }
     launch_cpu_kernel(reinterpret_cast<void*>(fn), name, kinds, values);
   });
-  m.def("_set_task_timing", [](bool on) { neuronrt::Queue::set_timing(on); });
-  m.def("_reset_task_times", [] { neuronrt::Queue::reset_task_times(); });
-  m.def("_task_times", [] {
-    py::dict out;
-    for (const auto& [name, t] : neuronrt::Queue::task_times()) out[py::str(name)] = py::make_tuple(t.count, t.ns);
-    return out;
+  m.def("_set_span_estimator", [](py::object fn) {
+    // Leaked with the estimator: the profiler may price spans during interpreter teardown.
+    auto* held = new py::object(std::move(fn));
+    set_span_estimator([held](const std::vector<SpanOp>& ops) {
+      std::vector<std::optional<std::pair<double, double>>> out(ops.size());
+      py::gil_scoped_acquire gil;
+      try {
+        py::list query;
+        for (const auto& op : ops) query.append(py::make_tuple(op.name, op.dims, op.types, op.concrete));
+        py::list prices = (*held)(query);
+        for (size_t i = 0; i < ops.size() && i < prices.size(); ++i) {
+          if (!prices[i].is_none()) out[i] = prices[i].cast<std::pair<double, double>>();
+        }
+      } catch (const py::error_already_set& e) {
+        // A trace without estimates beats no trace: the profiler's own output stays whole.
+        PyErr_WarnEx(PyExc_RuntimeWarning,
+                     (std::string("neuron: pricing the trace's spans failed: ") + e.what()).c_str(), 1);
+      }
+      return out;
+    });
   });
   m.def("_set_memory_fraction", [](double fraction, int d) {
     caching_allocator().set_memory_fraction(fraction, static_cast<c10::DeviceIndex>(d));

@@ -77,6 +77,7 @@ void init_nki_bindings(py::module& m) {
                                               std::move(tensors));
       }))
       .def("__len__", &nki::Program::size)
+      .def_property_readonly("serial", &nki::Program::serial)
       .def(
           "run", [](const nki::Program& p, const std::vector<at::Tensor>& hbm) { p.run(hbm); },
           py::call_guard<py::gil_scoped_release>())

@@ -23,13 +23,6 @@ std::function<void()>& thread_init_hook() {
 
 thread_local Queue* tls_current = nullptr;
 
-std::atomic<bool> g_timing{false};
-std::mutex g_times_mu;
-std::map<const char*, Queue::TaskTime>& g_times() {  // by name pointer (names outlive tasks)
-  static auto* m = new std::map<const char*, Queue::TaskTime>();
-  return *m;
-}
-
 std::string describe(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
@@ -81,25 +74,31 @@ Queue::Program*& Queue::program() {
 }
 
 namespace {
-thread_local const char* tls_failed_task = nullptr;  // the task of a program that failed
+thread_local const char* tls_failed_task = nullptr;             // the task of a program that failed
+thread_local const trace::Origin* tls_replay_origin = nullptr;  // the origin of the slot running
 
-void add_time(const char* name, int64_t took) {
-  std::lock_guard<std::mutex> lock(g_times_mu);
-  auto& t = g_times()[name];
-  t.count++;
-  t.ns += static_cast<uint64_t>(took);
-}
 }  // namespace
 
-void Queue::Gathered::run(bool timing) const {
-  const int64_t start = timing ? now_ns() : 0;
+void Queue::Gathered::run(const Queue& q, const trace::Origin* replay) const {
+  const int64_t start = trace::on() ? trace::now_ns() : 0;
   try {
     call(fn);
   } catch (...) {
     tls_failed_task = name;
     throw;
   }
-  if (timing) add_time(name, now_ns() - start);
+  if (start != 0) q.record_span(name, replay != nullptr ? *replay : origin, start);
+}
+
+void Queue::record_span(const char* name, const trace::Origin& origin, int64_t start_ns) const {
+  trace::Span span;
+  span.name = name;
+  span.device = opts_.device;
+  span.stream = opts_.tag;
+  span.origin = origin;
+  span.start_ns = start_ns;
+  span.end_ns = trace::now_ns();
+  trace::record(span);
 }
 
 struct Queue::Segment {
@@ -139,13 +138,12 @@ struct Queue::ProgramTask {
   }
 
   void operator()() {
-    const bool timing = g_timing.load(std::memory_order_relaxed);
     std::exception_ptr failure;
     Gathered t{};
     for (size_t taken = 0; take(&t, taken); ++taken) {
       if (!failure) {  // after a failure the rest of the run is dropped
         try {
-          t.run(timing);
+          t.run(*seg->queue, nullptr);
         } catch (...) {
           failure = std::current_exception();
         }
@@ -235,8 +233,9 @@ struct Queue::ReplayTask {
   std::shared_ptr<Graph> graph;
 
   void operator()() {
-    const bool timing = g_timing.load(std::memory_order_relaxed);
-    for (const auto& t : graph->tasks) t.run(timing);
+    // The replay's own origin (who launched it), not the capture's.
+    const trace::Origin* origin = tls_replay_origin;
+    for (const auto& t : graph->tasks) t.run(*tls_current, origin);
   }
 };
 
@@ -297,26 +296,6 @@ size_t Queue::task_count(const Graph& graph) { return graph.tasks.size(); }
 void Queue::set_thread_init_hook(std::function<void()> hook) { thread_init_hook() = std::move(hook); }
 
 Queue* Queue::current() { return tls_current; }
-
-void Queue::set_timing(bool on) { g_timing.store(on, std::memory_order_relaxed); }
-
-std::vector<std::pair<std::string, Queue::TaskTime>> Queue::task_times() {
-  std::map<std::string, TaskTime> merged;
-  {
-    std::lock_guard<std::mutex> lock(g_times_mu);
-    for (const auto& [name, t] : g_times()) {
-      auto& m = merged[name ? name : "?"];
-      m.count += t.count;
-      m.ns += t.ns;
-    }
-  }
-  return {merged.begin(), merged.end()};
-}
-
-void Queue::reset_task_times() {
-  std::lock_guard<std::mutex> lock(g_times_mu);
-  g_times().clear();
-}
 
 Queue::Queue(QueueOptions options) : opts_(std::move(options)), slots_(kSlots) {
   worker_ = std::thread([this] { worker_loop(); });
@@ -425,8 +404,8 @@ uint64_t Queue::busy_ns() const {
 }
 
 void Queue::run_task(Slot& slot, uint64_t seq) {
-  const bool timing = g_timing.load(std::memory_order_relaxed);
-  const int64_t start = timing ? now_ns() : 0;
+  const int64_t start = trace::on() && !slot.container ? trace::now_ns() : 0;
+  tls_replay_origin = &slot.origin;
   try {
     if (opts_.enter) opts_.enter();
     slot.call(slot.storage);
@@ -437,7 +416,7 @@ void Queue::run_task(Slot& slot, uint64_t seq) {
   }
   // Captures are released before the task counts as done.
   slot.destroy(slot.storage);
-  if (timing) add_time(slot.name, now_ns() - start);
+  if (start != 0) record_span(slot.name, slot.origin, start);
 }
 
 void Queue::record_error(uint64_t seq, const char* name, std::exception_ptr error) {

@@ -149,6 +149,7 @@ Queue* Runtime::make_queue(int device, int id) {
     QueueOptions qo;
     qo.name = "neuron:" + std::to_string(device) + " stream " + std::to_string(id);
     qo.tag = id;
+    qo.device = device;
     // The sanitizer keeps device memory closed whenever no task runs, so the host may only
     // run while tasks are not: every submit waits.
     qo.blocking = opts_.launch_blocking || opts_.sanitize;

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 
 import torch
 
@@ -55,6 +56,10 @@ def _span(t: NkiTensor) -> tuple:
             else:
                 lo += (n - 1) * s
     return lo, hi + 1
+
+
+# The trace of each live program, by its serial: a profiler's span of a launch is priced from it.
+PROGRAMS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 class Trace:
@@ -218,7 +223,9 @@ class Trace:
             for op, operands, ints, floats in fused.get(i, ins.steps):
                 steps.append((op, [self.operand(o, rows) for o in operands], list(ints), list(floats)))
         io = [(math.prod(st.shape), st.dtype) for st in self.hbm]
-        return _C._NkiProgram(name, steps, self.constants, rows[SBUF], rows[PSUM], REGISTERS, io)
+        program = _C._NkiProgram(name, steps, self.constants, rows[SBUF], rows[PSUM], REGISTERS, io)
+        PROGRAMS[program.serial] = self
+        return program
 
 
 def _largest(dtype):

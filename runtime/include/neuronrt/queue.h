@@ -16,6 +16,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "neuronrt/trace.h"
+
 namespace neuronrt {
 
 using Task = std::function<void()>;
@@ -44,6 +46,7 @@ struct QueueOptions {
   std::function<void()> enter;  // around every task: the sanitizer opens device memory
   std::function<void()> leave;
   int64_t tag = 0;  // the owner's id for this queue (the torch layer's stream id)
+  int device = -1;  // the logical core it belongs to, for trace spans
 };
 
 // A queue holds up to kSlots tasks in a fixed ring, like a hardware queue of fixed depth: submit
@@ -68,7 +71,7 @@ class Queue {
     if (capturing_.load(std::memory_order_acquire)) {
       using T = std::decay_t<F>;
       record({new T(std::forward<F>(fn)), [](void* q) { (*static_cast<T*>(q))(); },
-              [](void* q) { delete static_cast<T*>(q); }, name});
+              [](void* q) { delete static_cast<T*>(q); }, name, traced_origin()});
       return 0;
     }
     if (Program* p = program(); p != nullptr && p->queue == this) {
@@ -142,16 +145,6 @@ class Queue {
   // thread-local state there).
   static void set_thread_init_hook(std::function<void()> hook);
 
-  // Task timing, for profiling: when on, every queue adds each task's run time to its name's
-  // total. Off by default (it costs two clock reads per task).
-  struct TaskTime {
-    uint64_t count = 0;
-    uint64_t ns = 0;
-  };
-  static void set_timing(bool on);
-  static std::vector<std::pair<std::string, TaskTime>> task_times();  // summed over queues
-  static void reset_task_times();
-
  private:
   friend class Event;
 
@@ -162,9 +155,10 @@ class Queue {
     void (*call)(void*);
     void (*destroy)(void*);
     const char* name;
-    // Calls the task (timed when task timing is on); if it throws, the error of the one queue
-    // task it runs in names it.
-    void run(bool timing) const;
+    trace::Origin origin;  // set while tracing
+    // Calls the task (a trace span of `q` while tracing, with `replay`'s origin when the task runs
+    // in a graph replay); if it throws, the error of the one queue task it runs in names it.
+    void run(const Queue& q, const trace::Origin* replay) const;
   };
   struct Segment;  // the tasks of one program run, shared with the worker running them
   struct Program {
@@ -176,7 +170,7 @@ class Queue {
     void add(const char* task_name, F&& f) {
       using T = std::decay_t<F>;
       push({new T(std::forward<F>(f)), [](void* q) { (*static_cast<T*>(q))(); },
-            [](void* q) { delete static_cast<T*>(q); }, task_name});
+            [](void* q) { delete static_cast<T*>(q); }, task_name, traced_origin()});
     }
     void push(Gathered g);  // the first task of a run submits the run's one queue task
     void close();           // the worker finishes the run; a later task starts another
@@ -185,10 +179,19 @@ class Queue {
   // header: the TLS access then lives in one translation unit (sanitizers misread the other).
   static Program*& program();
   struct ProgramTask;  // the one task a program becomes
+  struct ReplayTask;   // the one task a graph replay becomes
+  static trace::Origin traced_origin() {
+    if (!trace::on()) return {};
+    trace::Origin o = trace::origin_now();
+    o.queued_end_ns = o.queued_ns;
+    return o;
+  }
 
   template <class F>
   uint64_t submit_now(const char* name, F&& fn) {
     using T = std::decay_t<F>;
+    const bool traced = trace::on();
+    trace::Origin origin = traced ? trace::origin_now() : trace::Origin{};
     std::unique_lock<std::mutex> lock(submit_mu_);
     Slot& slot = reserve_locked();
     if constexpr (sizeof(T) <= kInlineBytes && alignof(T) <= alignof(std::max_align_t)) {
@@ -201,6 +204,10 @@ class Queue {
       slot.destroy = [](void* p) { delete *static_cast<T**>(p); };
     }
     slot.name = name;
+    // A program's or a replay's own span would double its tasks' spans.
+    slot.container = std::is_same_v<T, ProgramTask> || std::is_same_v<T, ReplayTask>;
+    if (traced) trace::end_origin(origin);
+    slot.origin = origin;
     return publish_locked(lock);
   }
 
@@ -209,6 +216,8 @@ class Queue {
     void (*call)(void*) = nullptr;
     void (*destroy)(void*) = nullptr;
     const char* name = nullptr;
+    bool container = false;
+    trace::Origin origin;
   };
   Slot& reserve_locked();
   uint64_t publish_locked(std::unique_lock<std::mutex>& lock);
@@ -216,7 +225,7 @@ class Queue {
   void run_task(Slot& slot, uint64_t seq);
   void record_error(uint64_t seq, const char* name, std::exception_ptr error);
   void record(Gathered g);  // a task submitted while capturing
-  struct ReplayTask;
+  void record_span(const char* name, const trace::Origin& origin, int64_t start_ns) const;
   void raise_error_locked(std::unique_lock<std::mutex>& lock);
   void finish_one(uint64_t seq);
 

@@ -1,0 +1,226 @@
+"""torch.profiler on neuron: a device span per task on a lane per device and stream, linked to the
+host op that queued it by a flow, device time in key_averages, the cost model's Trn2/Trn3 estimate
+on each span; and the memory history in torch.cuda's snapshot format."""
+import json
+import os
+import pickle
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+from torch_neuronx import cost_model
+
+N = "neuron"
+ACTIVITIES = [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
+
+
+def events_of(prof, tmp_path):
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    return json.loads(path.read_text())["traceEvents"]
+
+
+def train_step(model, opt, x):
+    opt.zero_grad()
+    model(x).square().mean().backward()
+    opt.step()
+
+
+def test_training_step_has_device_spans_lanes_flows_and_device_time(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8)).to(N)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x = torch.randn(32, 64, device=N)
+    train_step(model, opt, x)  # first calls out of the way
+    with profile(activities=ACTIVITIES, record_shapes=True) as prof:
+        train_step(model, opt, x)
+        torch.neuron.synchronize()
+    events = events_of(prof, tmp_path)
+
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    assert {"aten::addmm", "aten::mm"} <= {k["name"].split(".")[0] for k in kernels}, kernels
+    # The lanes: a process "neuron:0", a thread per stream.
+    processes = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("ph") == "M" and
+               e["name"] == "thread_name"}
+    for k in kernels:
+        assert processes[k["pid"]] == "neuron:0" and threads[(k["pid"], k["tid"])] == f"stream {k['tid']}"
+        assert k["args"]["device"] == 0 and k["dur"] >= 0
+
+    # Flows: each kernel queued in the trace ends one that a launch on the host's thread starts,
+    # inside its host op (work queued before the trace began has neither).
+    starts = {e["id"]: e for e in events if e.get("ph") == "s" and e.get("cat") == "ac2g"}
+    ends = {(e["pid"], e["tid"], e["ts"]): e for e in events if e.get("ph") == "f" and e.get("cat") == "ac2g"}
+    assert ends and all(e["id"] in starts and starts[e["id"]]["pid"] == os.getpid() for e in ends.values())
+    ops = {e["args"]["External id"]: e for e in events if e.get("cat") == "cpu_op"}
+    linked = [k for k in kernels if "External id" in k["args"]]
+    assert {"aten::addmm", "aten::mm"} <= {k["name"].split(".")[0] for k in linked}
+    for k in linked:
+        assert (k["pid"], k["tid"], k["ts"]) in ends
+        op = ops[k["args"]["External id"]]
+        assert k["name"].startswith(op["name"]), (k["name"], op["name"])
+        assert op["ts"] <= k["ts"] + 1, "a kernel cannot start before the op that queued it"
+
+    # key_averages: the host ops carry their kernels' device time.
+    host = [e for e in prof.key_averages() if e.key == "aten::addmm" and e.self_cpu_time_total > 0]
+    assert host and host[0].device_time_total > 0
+    assert sum(e.self_device_time_total for e in prof.key_averages()) > 0
+
+
+@pytest.mark.parametrize("profile_name", ["trn2", "trn3"])
+def test_each_span_carries_the_cost_models_estimate_of_its_op(tmp_path, profile_name):
+    a = torch.randn(256, 512, device=N, dtype=torch.bfloat16)
+    b = torch.randn(512, 384, device=N, dtype=torch.bfloat16)
+    a @ b
+    with profile(activities=ACTIVITIES, record_shapes=True) as prof:
+        (a @ b).exp()
+        torch.neuron.synchronize()
+    kernels = {k["name"]: k for k in events_of(prof, tmp_path) if k.get("cat") == "kernel"}
+    meta = {t: torch.empty(t.shape, dtype=t.dtype, device="meta") for t in (a, b)}
+    mm = cost_model.estimate(torch.mm, meta[a], meta[b], profile=profile_name).total_us
+    exp = cost_model.estimate(torch.exp, torch.empty(256, 384, dtype=torch.bfloat16, device="meta"),
+                              profile=profile_name).total_us
+    assert kernels["aten::mm"]["args"][f"{profile_name} estimate us"] == pytest.approx(mm)
+    assert kernels["aten::exp"]["args"][f"{profile_name} estimate us"] == pytest.approx(exp)
+
+
+def test_a_side_stream_has_its_own_lane(tmp_path):
+    x = torch.randn(64, 64, device=N)
+    s = torch.neuron.Stream()
+    with profile(activities=ACTIVITIES) as prof:
+        with torch.neuron.stream(s):
+            y = x * 2
+        z = x + 1
+        torch.neuron.synchronize()
+    kernels = {k["name"]: k for k in events_of(prof, tmp_path) if k.get("cat") == "kernel"}
+    assert kernels["aten::mul.Tensor"]["tid"] == s.stream_id != kernels["aten::add.Tensor"]["tid"]
+    torch.testing.assert_close(y.cpu() + 1, z.cpu() + x.cpu())
+
+
+def test_compiled_kernels_are_spans_named_for_the_kernel(tmp_path):
+    f = torch.compile(lambda a: (a.sin() * 2).relu() @ a, backend="neuron")
+    x = torch.randn(64, 64, device=N)
+    f(x)
+    with profile(activities=ACTIVITIES) as prof:
+        out = f(x)
+        torch.neuron.synchronize()
+    kernels = [k for k in events_of(prof, tmp_path) if k.get("cat") == "kernel"]
+    fused = [k for k in kernels if k["name"].startswith("cpp_fused_")]
+    assert fused and all("trn2 estimate us" in k["args"] for k in fused), kernels
+    torch.testing.assert_close(out.cpu(), (x.cpu().sin() * 2).relu() @ x.cpu(), rtol=1e-4, atol=1e-4)
+
+
+def test_schedule_and_tensorboard_handler_record_only_the_active_steps(tmp_path):
+    x = torch.randn(128, 128, device=N)
+    with profile(activities=ACTIVITIES, schedule=schedule(wait=1, warmup=1, active=2, repeat=1),
+                 on_trace_ready=tensorboard_trace_handler(str(tmp_path))) as prof:
+        for _ in range(5):
+            x @ x
+            torch.neuron.synchronize()
+            prof.step()
+    files = list(tmp_path.glob("*.pt.trace.json"))
+    assert len(files) == 1, files
+    events = json.loads(files[0].read_text())["traceEvents"]
+    assert len([e for e in events if e.get("cat") == "kernel" and e["name"] == "aten::mm"]) == 2
+
+
+def test_a_cpu_only_profile_records_no_device_spans(tmp_path):
+    x = torch.randn(64, 64, device=N)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        x @ x
+        torch.neuron.synchronize()
+    events = events_of(prof, tmp_path)
+    assert any(e.get("cat") == "cpu_op" and e["name"] == "aten::mm" for e in events)
+    assert not [e for e in events if e.get("cat") in ("kernel", "ac2g", "privateuse1_runtime")]
+
+
+# ---- memory history ----
+
+@pytest.fixture
+def history():
+    torch.neuron.memory._record_memory_history(max_entries=10_000, clear_history=True)
+    yield
+    torch.neuron.memory._record_memory_history(enabled=None)
+
+
+def allocate_and_free():
+    a = torch.randn(1000, 1000, device=N)
+    b = a @ a
+    del a
+    return b
+
+
+def test_the_snapshot_has_the_stack_of_each_live_block_and_renders(history, tmp_path):
+    from torch.cuda import _memory_viz
+
+    keep = allocate_and_free()
+    torch.neuron.synchronize()
+    snap = torch.neuron.memory._snapshot()
+    blocks = [b for seg in snap["segments"] for b in seg["blocks"]]
+    for seg in snap["segments"]:
+        assert seg["total_size"] == sum(b["size"] for b in seg["blocks"])
+        assert seg["allocated_size"] == sum(b["size"] for b in seg["blocks"] if b["state"] == "active_allocated")
+    live = [b for b in blocks if b["address"] == keep.data_ptr()]
+    assert len(live) == 1 and live[0]["state"] == "active_allocated"
+    assert live[0]["requested_size"] == keep.numel() * 4
+    assert "allocate_and_free" in {f["name"] for f in live[0]["frames"]}
+
+    trace = snap["device_traces"][0]
+    actions = [t["action"] for t in trace]
+    assert {"segment_alloc", "alloc", "free_requested", "free_completed"} <= set(actions), actions
+    freed = [t for t in trace if t["action"] == "free_requested"]
+    assert freed and "allocate_and_free" in {f["name"] for f in freed[0]["frames"]}
+
+    html = _memory_viz.trace_plot(snap)
+    assert "snapshot.pickle" in html and len(html) > 10_000
+    torch.neuron.memory._dump_snapshot(str(tmp_path / "snap.pickle"))
+    again = pickle.loads((tmp_path / "snap.pickle").read_bytes())
+    assert len(again["device_traces"][0]) >= len(trace)
+    assert torch.neuron.memory_snapshot() == torch.neuron.memory._snapshot()["segments"]
+
+
+def test_history_is_bounded_and_stops_when_disabled():
+    torch.neuron.memory._record_memory_history(max_entries=3, clear_history=True)
+    try:
+        for _ in range(5):
+            torch.empty(1024, device=N)
+        assert len(torch.neuron.memory._snapshot()["device_traces"][0]) == 3
+    finally:
+        torch.neuron.memory._record_memory_history(enabled=None)
+    torch.empty(1024, device=N)
+    assert torch.neuron.memory._snapshot()["device_traces"][0] == []
+
+
+def test_an_out_of_memory_error_is_in_the_history(history):
+    with pytest.raises(torch.OutOfMemoryError, match="memory_summary"):
+        torch.empty(1 << 42, dtype=torch.uint8, device=N)
+    oom = [t for t in torch.neuron.memory._snapshot()["device_traces"][0] if t["action"] == "oom"]
+    assert oom and oom[-1]["size"] == 1 << 42 and oom[-1]["device_free"] > 0
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"enabled": "some"}, "enabled"),
+    ({"context": "stack"}, "context"),
+    ({"stacks": "cpp"}, "stacks"),
+    ({"max_entries": 0}, "max_entries"),
+])
+def test_bad_history_settings_are_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        torch.neuron.memory._record_memory_history(**kwargs)
+
+
+def test_an_nki_kernel_is_a_span_priced_by_its_own_model(tmp_path):
+    from torch_neuronx import nki
+    from torch_neuronx.nki import kernels
+
+    x, w = torch.randn(256, 512, device=N), torch.randn(512, device=N)
+    kernels.rmsnorm(x, w)
+    with profile(activities=ACTIVITIES, record_shapes=True) as prof:
+        kernels.rmsnorm(x, w)
+        torch.neuron.synchronize()
+    spans = [k for k in events_of(prof, tmp_path) if k.get("cat") == "kernel" and k["name"] == "nki::rmsnorm"]
+    assert len(spans) == 1
+    for p in ("trn2", "trn3"):
+        want = nki.estimate(kernels.rmsnorm, profile=p)(x, w).latency_us
+        assert spans[0]["args"][f"{p} estimate us"] == pytest.approx(want)

@@ -1,0 +1,84 @@
+"""The HTML page of `python -m torch_neuronx.report --html PATH`: the per-op time breakdown on trn2
+and trn3 and the memory per device, drawn with matplotlib and embedded in one self-contained file."""
+from __future__ import annotations
+
+import base64
+import html
+import io
+
+GIB = 1 << 30
+_COMPONENTS = ("weights", "gradients", "optimizer_states", "activations", "kv_cache")
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _time_figure(result: dict, plt):
+    profiles = [p for p in result["breakdown"] if result["estimate"].get(p)]
+    fig, axes = plt.subplots(1, max(1, len(profiles)), figsize=(7 * max(1, len(profiles)), 6), squeeze=False)
+    for ax, profile in zip(axes[0], profiles):
+        rows = result["breakdown"][profile][:15][::-1]
+        ax.barh([r[0] for r in rows], [r[2] / 1e3 for r in rows], color="#3b7dd8")
+        ax.set_xlabel("ms per step, one logical core (cost-model estimate)")
+        ax.set_title(f"{profile}: time by op")
+        for i, r in enumerate(rows):
+            ax.text(r[2] / 1e3, i, f" {r[3]:.0%}", va="center", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _memory_figure(result: dict, capacity: dict, plt):
+    profiles = list(capacity)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    bottoms = [0.0] * len(profiles)
+    for component in _COMPONENTS:
+        values = [result["memory"][component] / GIB / (result["min_devices"][p] or 1) for p in profiles]
+        if any(values):
+            ax.bar(profiles, values, bottom=bottoms, label=component.replace("_", " "))
+            bottoms = [b + v for b, v in zip(bottoms, values)]
+    ax.scatter(profiles, [capacity[p] / GIB for p in profiles], marker="_", s=2000, color="black",
+               label="one logical core's HBM", zorder=3)
+    ax.set_ylabel("GiB per logical core")
+    ax.set_xticks(range(len(profiles)),
+                  [f"{p} (x{result['min_devices'][p]})" if result["min_devices"][p] else f"{p} (does not fit)"
+                   for p in profiles])
+    ax.set_title("memory per device at the smallest degree that fits")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def write(result: dict, capacity: dict, path: str) -> None:
+    """Writes the report `result` (report.assess) as one HTML page to `path`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    time_png = _png(_time_figure(result, plt))
+    memory_png = _png(_memory_figure(result, capacity, plt))
+    plt.close("all")
+    rows = "".join(
+        f"<tr><td>{html.escape(p)}</td><td>{result['min_devices'][p] or '-'}</td>"
+        + (f"<td>{e['step_seconds']:.4f}</td><td>{e['tokens_per_second']:,.0f}</td>" if e else "<td>-</td><td>-</td>")
+        + "</tr>" for p, e in result["estimate"].items())
+    fallbacks = ", ".join(html.escape(f["op"]) for f in result["fallbacks"]) or "none"
+    page = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>torch_neuronx report: {html.escape(result['architecture'])}</title>
+<style>body{{font-family:sans-serif;max-width:1400px;margin:2em auto}}
+td,th{{padding:4px 12px;text-align:right}}</style>
+</head><body>
+<h1>{html.escape(result['architecture'])}</h1>
+<p>{result['parameters'] / 1e9:.3f}B parameters &middot; will run on neuron: <b>{result['will_run']}</b>
+&middot; fallbacks: {fallbacks} &middot; {html.escape(str(result['assumptions']))}</p>
+<table><tr><th>profile</th><th>logical cores</th><th>step seconds</th><th>tokens / s</th></tr>{rows}</table>
+<h2>Where the time goes</h2><img alt="time by op" src="data:image/png;base64,{time_png}">
+<h2>Memory</h2><img alt="memory per device" src="data:image/png;base64,{memory_png}">
+<p>Analytic estimates of the cost model (torch_neuronx.cost_model), not measurements.</p>
+</body></html>
+"""
+    with open(path, "w") as f:
+        f.write(page)
