@@ -65,6 +65,7 @@ demo: install
 
 bench: install
 	$(PY) -P benchmarks/eager.py
+	$(PY) -P benchmarks/observer.py
 
 bench-e2e: install
 	$(PY) -P benchmarks/e2e.py

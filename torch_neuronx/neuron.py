@@ -159,6 +159,19 @@ def get_device_properties(device: _device_t = None) -> _NeuronDeviceProperties:
     return _NeuronDeviceProperties(**_C._device_properties(device_index(device)))
 
 
+def device_health(device: _device_t = None) -> str:
+    """"healthy", "unhealthy" or "unknown", as nobs reports it: this process's view of the device
+    (an injected memory error, a hung queue) and what every other process using it publishes.
+    Work on a device this process sees unhealthy raises at the call."""
+    idx = device_index(device)
+    status, _ = _C._device_health(idx)
+    if status != "healthy":
+        return status
+    from .observer import state
+
+    return state.device_health(state.read(), idx)[0]
+
+
 def get_device_name(device: _device_t = None) -> str:
     return get_device_properties(device).name
 

@@ -137,6 +137,15 @@ PYBIND11_MODULE(_C, m) {
     }
     launch_cpu_kernel(reinterpret_cast<void*>(fn), name, kinds, values);
   });
+  m.def("_device_health", [](int device) {
+    check_device_index(static_cast<c10::DeviceIndex>(device));
+    std::string why;
+    std::string status = checked([&] { return runtime().device_health(device, &why); });
+    return py::make_tuple(status, why);
+  });
+  m.def("_publish_health", [] {
+    if (auto* m = checked([] { return runtime().monitor(); })) m->tick();
+  });
   m.def("_set_span_estimator", [](py::object fn) {
     // Leaked with the estimator: the profiler may price spans during interpreter teardown.
     auto* held = new py::object(std::move(fn));

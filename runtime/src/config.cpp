@@ -39,6 +39,18 @@ const std::vector<Setting>& all() {
       {"TORCH_NEURONX_CACHE_SIZE", "10GiB",
        "size limit of the compile cache; least recently used entries go first, whole"},
       {"TORCH_NEURONX_LOG", "", "comma-separated areas to log to stderr: compile (a line per compiled graph)"},
+      {"TORCH_NEURONX_HEALTH", "1",
+       "0: the runtime publishes no device state for nobs (1: a state file per process, rewritten ten times a "
+       "second)"},
+      {"TORCH_NEURONX_STATE_DIR", "",
+       "where device state is published for nobs (default /dev/shm/torch-neuronx-<uid>; it must be a directory "
+       "of this user with mode 0700)"},
+      {"TORCH_NEURONX_INJECT_FAULT", "",
+       "faults for drills and tests: kind@device[:count],... with kind hbm_uncorrectable (the device is unhealthy "
+       "and refuses work), hbm_correctable (counted), corrupt (reads from the device come back wrong) or hang "
+       "(its queues start nothing)"},
+      {"TORCH_NEURONX_WATCHDOG_S", "30", "seconds a queue may finish no task while it has work before it is hung"},
+      {"TORCH_NEURONX_CORRECTABLE_LIMIT", "16", "correctable memory errors a device may have and stay healthy"},
       {"TORCH_NEURONX_DIST_TRANSPORT", "auto",
        "how the neuron process-group backend moves data: auto (shared memory on one host, gloo across hosts), "
        "shm, or host (gloo, also on one host)"},

@@ -397,6 +397,11 @@ void Queue::worker_loop() {
   }
 }
 
+std::string Queue::last_error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_error_;
+}
+
 uint64_t Queue::busy_ns() const {
   const int64_t since = busy_since_ns_.load(std::memory_order_relaxed);
   const int64_t done = busy_ns_.load(std::memory_order_relaxed);
@@ -428,7 +433,9 @@ void Queue::record_error(uint64_t seq, const char* name, std::exception_ptr erro
     task += "'";
   }
   std::string what = "neuron: task '" + task + " failed on " + opts_.name + ": " + describe(error);
+  failed_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mu_);
+  last_error_ = what;
   if (!error_) {
     error_seq_ = seq;
     error_what_ = std::move(what);

@@ -4,8 +4,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 
 #include "neuronrt/config.h"
 
@@ -51,6 +53,11 @@ RuntimeOptions RuntimeOptions::from_env() {
   o.topology = Topology::from_env();
   o.launch_blocking = config::flag("NEURON_LAUNCH_BLOCKING");
   o.sanitize = config::flag("TORCH_NEURONX_SANITIZE");
+  if (const auto spec = config::raw("TORCH_NEURONX_INJECT_FAULT"))
+    o.faults = health::parse_faults(*spec, static_cast<int>(o.topology.cores.size()));
+  o.publish_health = config::choice("TORCH_NEURONX_HEALTH", "1", {"1", "0"}) == "1";
+  o.watchdog = std::chrono::seconds(config::integer("TORCH_NEURONX_WATCHDOG_S", 30, 1, 86400));
+  o.correctable_limit = config::integer("TORCH_NEURONX_CORRECTABLE_LIMIT", 16, 0, 1'000'000'000);
   return o;
 }
 
@@ -61,6 +68,15 @@ Runtime::Runtime(RuntimeOptions options) : opts_(std::move(options)) {
     memory_.push_back(std::make_unique<DeviceMemory>(c.hbm_bytes));
     queues_.emplace_back(kMaxQueuesPerDevice);
   }
+  faults_.resize(memory_.size());
+  for (const auto& f : opts_.faults) {
+    auto& d = faults_.at(f.device);
+    if (f.kind == health::Fault::kHbmUncorrectable) d.uncorrectable += f.count;
+    if (f.kind == health::Fault::kHbmCorrectable) d.correctable += f.count;
+    d.corrupt = d.corrupt || f.kind == health::Fault::kCorrupt;
+    d.hang = d.hang || f.kind == health::Fault::kHang;
+  }
+  for (const auto& d : faults_) unusable_.push_back(d.uncorrectable > 0);
   queue_index_.reset(new std::atomic<Queue*>[memory_.size() * kMaxQueuesPerDevice]);
   for (size_t i = 0; i < memory_.size() * kMaxQueuesPerDevice; ++i) queue_index_[i].store(nullptr);
   if (opts_.sanitize) {
@@ -76,7 +92,10 @@ Runtime::Runtime(RuntimeOptions options) : opts_(std::move(options)) {
 }
 
 Runtime::~Runtime() {
-  // Queues first: their workers may still be running tasks that touch device memory.
+  // The monitor first (it reads the queues), then the queues: their workers may still be running
+  // tasks that touch device memory. Hung queues run again.
+  releasing_.store(true);
+  monitor_.reset();
   queues_.clear();
 }
 
@@ -108,6 +127,14 @@ bool Runtime::stopped() { return g_stopped.load(std::memory_order_relaxed); }
 
 void Runtime::shutdown() {
   if (g_stopped.exchange(true) || g_forked_child.load()) return;
+  releasing_.store(true);
+  // First the monitor (it reads the queues); its state file goes with it. Hung queues run again.
+  std::unique_ptr<health::Monitor> monitor;
+  {
+    std::lock_guard<std::mutex> lock(queues_mu_);
+    monitor = std::move(monitor_);
+  }
+  monitor.reset();
   std::vector<Queue*> all;
   {
     std::lock_guard<std::mutex> lock(queues_mu_);
@@ -132,6 +159,12 @@ DeviceMemory& Runtime::memory(int device) {
 }
 
 Queue& Runtime::queue(int device, int id) {
+  if (device >= 0 && device < device_count() && unusable_[device]) {
+    throw std::runtime_error("neuron:" + std::to_string(device) +
+                             " has an uncorrectable HBM memory error: its memory cannot be trusted, so no work runs "
+                             "on it (torch.neuron.device_health(" +
+                             std::to_string(device) + ") is 'unhealthy'; nobs status shows it)");
+  }
   if (device >= 0 && device < device_count() && id >= 0 && id < kMaxQueuesPerDevice) {
     if (Queue* q = queue_index_[device * kMaxQueuesPerDevice + id].load(std::memory_order_acquire)) return *q;
   }
@@ -139,7 +172,9 @@ Queue& Runtime::queue(int device, int id) {
   if (id < 0 || id >= kMaxQueuesPerDevice) {
     throw std::out_of_range("neuron: invalid queue id " + std::to_string(id));
   }
-  return *make_queue(device, id);
+  Queue* q = make_queue(device, id);
+  start_monitor();
+  return *q;
 }
 
 Queue* Runtime::make_queue(int device, int id) {
@@ -157,12 +192,56 @@ Queue* Runtime::make_queue(int device, int id) {
       qo.enter = [this] { enter_task(); };
       qo.leave = [this] { leave_task(); };
     }
+    if (faults_[device].hang)
+      qo.enter = [this, enter = qo.enter] {
+        wait_while_hung();
+        if (enter) enter();
+      };
     if (g_stopped.load()) throw std::runtime_error("neuron: the runtime has shut down (the interpreter is exiting)");
     slot = std::make_unique<Queue>(std::move(qo));
     g_started.store(true);
     queue_index_[device * kMaxQueuesPerDevice + id].store(slot.get(), std::memory_order_release);
   }
   return slot.get();
+}
+
+void Runtime::start_monitor() {
+  if (!opts_.publish_health) return;
+  std::call_once(monitor_once_, [this] {
+    try {
+      auto m =
+          std::make_unique<health::Monitor>(*this, health::state_dir(), std::chrono::milliseconds(100), opts_.watchdog);
+      std::lock_guard<std::mutex> lock(queues_mu_);
+      if (!g_stopped.load()) monitor_ = std::move(m);
+    } catch (const std::exception& e) {
+      fprintf(stderr, "%s\n", e.what());  // the device works; only its state is not published
+    }
+  });
+}
+
+health::Monitor* Runtime::monitor() {
+  std::lock_guard<std::mutex> lock(queues_mu_);
+  return monitor_.get();
+}
+
+void Runtime::wait_while_hung() const {
+  // An injected hang: the queue starts nothing until the runtime shuts down (which then drains it).
+  while (!releasing_.load(std::memory_order_relaxed)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
+std::string Runtime::device_health(int device, std::string* why) {
+  const auto& f = faults(device);
+  std::string reason;
+  if (f.uncorrectable > 0) {
+    reason = std::to_string(f.uncorrectable) + " uncorrectable HBM memory error(s)";
+  } else if (static_cast<int64_t>(f.correctable) > opts_.correctable_limit) {
+    reason = std::to_string(f.correctable) + " correctable HBM memory errors, over the limit of " +
+             std::to_string(opts_.correctable_limit) + " (TORCH_NEURONX_CORRECTABLE_LIMIT)";
+  } else if (health::Monitor* m = monitor(); m != nullptr && m->hung(device, &reason)) {
+    reason = "hung: " + reason;
+  }
+  if (why) *why = reason;
+  return reason.empty() ? "healthy" : "unhealthy";
 }
 
 void Runtime::enter_task() {
@@ -205,7 +284,13 @@ uint64_t Runtime::copy_async(Queue& queue, void* dst, const void* src, size_t by
                   : direction == kDeviceToHost ? counters_.d2h_bytes
                                                : counters_.d2d_bytes;
   counter.fetch_add(bytes, std::memory_order_relaxed);
-  return queue.submit("memcpy", [dst, src, bytes] { std::memcpy(dst, src, bytes); });
+  // An injected corruption: what is read back from the device has a flipped bit (the exponent of
+  // its first float), which only a check against known values can tell.
+  const bool corrupt = direction == kDeviceToHost && queue.device() >= 0 && faults_[queue.device()].corrupt;
+  return queue.submit("memcpy", [dst, src, bytes, corrupt] {
+    std::memcpy(dst, src, bytes);
+    if (corrupt && bytes >= 4) static_cast<unsigned char*>(dst)[3] ^= 0x40;
+  });
 }
 
 }  // namespace neuronrt

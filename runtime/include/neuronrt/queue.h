@@ -136,6 +136,10 @@ class Queue {
   uint64_t busy_ns() const;
   const std::string& name() const { return opts_.name; }
   int64_t tag() const { return opts_.tag; }
+  int device() const { return opts_.device; }
+  // Tasks that failed, and the newest failure's message (kept after it was raised), for health.
+  uint64_t tasks_failed() const { return failed_.load(std::memory_order_relaxed); }
+  std::string last_error() const;
 
   // The queue whose worker is running the calling thread's current task; nullptr on any other
   // thread (the host).
@@ -246,6 +250,8 @@ class Queue {
   std::atomic<int64_t> busy_since_ns_{-1};  // the current busy period's start, -1 when idle
   mutable std::atomic<int> waiters_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> failed_{0};
+  std::string last_error_;  // under mu_
   std::atomic<bool> capturing_{false};
   std::mutex capture_mu_;
   std::shared_ptr<Graph> capture_;  // under capture_mu_

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "neuronrt/health.h"
 #include "neuronrt/memory.h"
 #include "neuronrt/profile.h"
 #include "neuronrt/queue.h"
@@ -18,8 +19,12 @@ namespace neuronrt {
 
 struct RuntimeOptions {
   Topology topology;
-  bool launch_blocking = false;  // NEURON_LAUNCH_BLOCKING=1
-  bool sanitize = false;         // TORCH_NEURONX_SANITIZE=1
+  bool launch_blocking = false;               // NEURON_LAUNCH_BLOCKING=1
+  bool sanitize = false;                      // TORCH_NEURONX_SANITIZE=1
+  std::vector<health::Injected> faults;       // TORCH_NEURONX_INJECT_FAULT
+  bool publish_health = false;                // TORCH_NEURONX_HEALTH (on by default from the environment)
+  std::chrono::milliseconds watchdog{30000};  // TORCH_NEURONX_WATCHDOG_S
+  int64_t correctable_limit = 16;             // TORCH_NEURONX_CORRECTABLE_LIMIT
   static RuntimeOptions from_env();
 };
 
@@ -58,6 +63,14 @@ class Runtime {
   bool sanitize() const { return opts_.sanitize; }
 
   DeviceMemory& memory(int device);
+  // The faults injected into `device` (TORCH_NEURONX_INJECT_FAULT).
+  const health::DeviceFaults& faults(int device) const { return faults_.at(device); }
+  int64_t correctable_limit() const { return opts_.correctable_limit; }
+  // healthy, unhealthy or unknown, as this process sees `device`; `why` says what makes it unhealthy.
+  std::string device_health(int device, std::string* why = nullptr);
+  // The monitor publishing this process's state for nobs; nullptr before the device was used, or
+  // when publishing is off or the state directory is not trusted.
+  health::Monitor* monitor();
   // Queue `id` of a device, created on first use (id 0 is the default queue).
   Queue& queue(int device, int id);
   void synchronize_device(int device);
@@ -78,7 +91,15 @@ class Runtime {
   void enter_task();
   void leave_task();
 
+  void start_monitor();
+  void wait_while_hung() const;
+
   RuntimeOptions opts_;
+  std::vector<health::DeviceFaults> faults_;
+  std::vector<char> unusable_;          // an uncorrectable memory error: no work runs on the device
+  std::atomic<bool> releasing_{false};  // shutting down: hung queues run again
+  std::once_flag monitor_once_;
+  std::unique_ptr<health::Monitor> monitor_;
   int64_t started_ns_ =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
   std::vector<std::unique_ptr<DeviceMemory>> memory_;

@@ -1,0 +1,271 @@
+"""Neuron Observer: the state processes publish, nobs's commands, injected faults, the HTTP
+endpoints and `nobs top` in a terminal. Every test uses its own state directory."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import run_python
+
+NOBS = [sys.executable, "-P", "-m", "torch_neuronx.observer"]
+
+# A process using the device: it holds `mib` MiB on `device`, says "ready", and waits for a line
+# on stdin; then it checks its tensor was not disturbed and exits.
+HOLDER = """
+import sys, torch
+x = torch.full(({mib} * 262144,), 7.0, device="neuron:{device}")
+torch.neuron.synchronize()
+print("ready", flush=True)
+sys.stdin.readline()
+assert bool((x == 7.0).all()), "the tensor changed"
+print("intact", flush=True)
+"""
+
+
+@pytest.fixture
+def env(tmp_path):
+    e = dict(os.environ, TORCH_NEURONX_STATE_DIR=str(tmp_path / "state"))
+    e.pop("TORCH_NEURONX_INJECT_FAULT", None)
+    return e
+
+
+def nobs(env, *args, timeout=180):
+    return subprocess.run(NOBS + list(args), capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def nobs_json(env, *args, code=0):
+    r = nobs(env, *args, "--json")
+    assert r.returncode == code, r.stdout + r.stderr
+    return json.loads(r.stdout)
+
+
+class Holder:
+    def __init__(self, env, device=0, mib=8, fault=None, extra=None):
+        e = dict(env, **({"TORCH_NEURONX_INJECT_FAULT": fault} if fault else {}), **(extra or {}))
+        self.proc = subprocess.Popen([sys.executable, "-P", "-c", HOLDER.format(device=device, mib=mib)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=e)
+        line = self.proc.stdout.readline()
+        assert line.strip() == "ready", line + self.proc.stderr.read()
+        time.sleep(0.3)  # its monitor has published
+
+    def finish(self) -> str:
+        out, err = self.proc.communicate("go\n", timeout=60)
+        assert self.proc.returncode == 0, err
+        return out
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def holders():
+    made = []
+    yield lambda *a, **k: made.append(Holder(*a, **k)) or made[-1]
+    for h in made:
+        h.kill()
+
+
+def test_a_process_using_a_device_is_listed_with_its_memory_and_all_is_healthy(env, holders):
+    h = holders(env, device=1, mib=64)
+    doc = nobs_json(env, "devices")
+    dev = {d["index"]: d for d in doc["devices"]}
+    assert len(dev) == 4 and all(d["health"] == "healthy" for d in dev.values())
+    (user,) = dev[1]["processes"]
+    assert user["pid"] == h.proc.pid and user["memory"] >= 64 << 20
+    assert dev[1]["memory_used"] >= 64 << 20 and dev[0]["processes"] == []
+    status = nobs_json(env, "status")
+    assert status["healthy"] == 4 and status["processes"] == [h.proc.pid] and status["problems"] == []
+    assert "intact" in h.finish()
+    assert nobs_json(env, "status")["processes"] == []  # an orderly exit removes its state
+
+
+def test_a_health_run_passes_on_an_idle_core_and_leaves_a_busy_one_alone(env, holders):
+    h = holders(env, device=0, mib=16)
+    r = nobs(env, "health", "run", "--device", "0", "--json")
+    assert r.returncode == 1
+    (busy,) = json.loads(r.stdout)["results"]
+    assert busy["outcome"] == "device_busy" and busy["processes"] == [h.proc.pid] and busy["checks"] == []
+    doc = nobs_json(env, "health", "run", "--device", "1")
+    (ok,) = doc["results"]
+    assert ok["outcome"] == "passed"
+    assert {c["check"] for c in ok["checks"]} == {"matmul", "elementwise", "reduction", "dma_copy", "collective"}
+    assert "intact" in h.finish()  # the busy device's work was not disturbed
+
+
+def test_an_uncorrectable_memory_error_makes_the_device_unhealthy_and_refuses_work(env, holders):
+    h = holders(env, device=0, fault="hbm_uncorrectable@2")
+    status = nobs_json(env, "status", code=1)
+    assert status["unhealthy"] == 1 and status["healthy"] == 3
+    dev = {d["index"]: d for d in nobs_json(env, "devices")["devices"]}
+    assert dev[2]["health"] == "unhealthy" and "uncorrectable" in dev[2]["reasons"][0]
+    assert dev[2]["uncorrectable_errors"] == 1
+    h.finish()
+    r = run_python("import torch\n"
+                   "print(torch.neuron.device_health(2), torch.neuron.device_health(0))\n"
+                   "try:\n    torch.ones(4, device='neuron:2')\nexcept RuntimeError as e:\n    print('raised:', e)\n",
+                   env=dict(env, TORCH_NEURONX_INJECT_FAULT="hbm_uncorrectable@2"))
+    assert r.stdout.startswith("unhealthy healthy"), r.stdout + r.stderr
+    assert "raised: neuron:2 has an uncorrectable HBM memory error" in r.stdout
+
+
+def test_correctable_errors_are_counted_and_unhealthy_only_past_the_limit(env, holders):
+    holders(env, device=0, fault="hbm_correctable@1:3")
+    dev = {d["index"]: d for d in nobs_json(env, "devices")["devices"]}
+    assert dev[1]["correctable_errors"] == 3 and dev[1]["health"] == "healthy"
+    holders(env, device=0, fault="hbm_correctable@3:17")  # the default limit is 16
+    dev = {d["index"]: d for d in nobs_json(env, "devices")["devices"]}
+    assert dev[3]["health"] == "unhealthy" and "over the limit of 16" in dev[3]["reasons"][0]
+
+
+def test_corrupted_results_are_caught_only_by_the_golden_check(env):
+    fault = dict(env, TORCH_NEURONX_INJECT_FAULT="corrupt@3")
+    r = run_python("import torch\nprint(torch.arange(8.).to('neuron:3').cpu().tolist())", env=fault)
+    assert r.returncode == 0 and r.stdout.strip() != str([float(i) for i in range(8)])  # silently wrong
+    r = nobs(fault, "health", "run", "--device", "3", "--json")
+    assert r.returncode == 1, r.stderr
+    (res,) = json.loads(r.stdout)["results"]
+    assert res["outcome"] == "failed" and not any(c["passed"] for c in res["checks"] if c["check"] != "collective")
+
+
+def test_a_hung_queue_is_reported_by_the_watchdog_and_times_out_a_health_run(env, holders):
+    # Its first op on the hung core waits for the device forever (the drill's point): it says so first.
+    h = subprocess.Popen([sys.executable, "-P", "-c", "import torch\nprint('queuing', flush=True)\n"
+                          "x = torch.ones(4, device='neuron:2') * 2"],
+                         stdout=subprocess.PIPE, text=True,
+                         env=dict(env, TORCH_NEURONX_INJECT_FAULT="hang@2", TORCH_NEURONX_WATCHDOG_S="1"))
+    try:
+        assert h.stdout.readline().strip() == "queuing"
+        deadline = time.time() + 30
+        while True:
+            dev = {d["index"]: d for d in nobs_json(env, "devices")["devices"]}
+            if dev[2]["health"] == "unhealthy" or time.time() > deadline:
+                break
+        assert dev[2]["health"] == "unhealthy" and "hung" in dev[2]["reasons"][0], dev[2]
+    finally:
+        h.kill()
+        h.wait()
+    r = nobs(dict(env, TORCH_NEURONX_INJECT_FAULT="hang@1"), "health", "run", "--device", "1", "--timeout", "6",
+             "--json")
+    assert r.returncode == 1 and json.loads(r.stdout)["results"][0]["outcome"] == "timeout"
+
+
+def test_a_malformed_fault_is_a_clear_error():
+    r = run_python("import torch; torch.ones(1, device='neuron')", env={"TORCH_NEURONX_INJECT_FAULT": "meltdown@0"})
+    assert r.returncode != 0 and "TORCH_NEURONX_INJECT_FAULT: 'meltdown@0': unknown kind" in r.stderr
+
+
+def test_a_dead_process_claims_nothing(env, holders):
+    h = holders(env, device=1, mib=32)
+    h.proc.send_signal(signal.SIGKILL)
+    h.proc.wait()
+    state = os.path.join(env["TORCH_NEURONX_STATE_DIR"], f"{h.proc.pid}.json")
+    assert os.path.exists(state)  # it could not clean up
+    dev = {d["index"]: d for d in nobs_json(env, "devices")["devices"]}
+    assert dev[1]["processes"] == [] and dev[1]["memory_used"] == 0
+    assert not os.path.exists(state)
+
+
+def test_state_others_could_write_or_a_corrupt_file_is_not_trusted(env, holders, tmp_path):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "4242.json").write_text('{"version": 1, "pid": 42')  # truncated
+    os.chmod(state / "4242.json", 0o600)
+    status = nobs_json(env, "status", code=1)
+    assert status["unknown"] == 4 and "4242.json is corrupt" in status["problems"][0]
+    (state / "4242.json").unlink()
+    (state / "4243.json").write_text("{}")
+    os.chmod(state / "4243.json", 0o644)  # another user could have written it
+    assert "not trusted" in nobs_json(env, "status", code=1)["problems"][0]
+    (state / "4243.json").unlink()
+    os.chmod(state, 0o755)
+    assert nobs_json(env, "status", code=1)["trusted"] is False
+    r = run_python("import torch; x = torch.ones(1, device='neuron'); print(x.sum().item())", env=env)
+    assert r.stdout.strip() == "1.0" and "not trusted" in r.stderr  # the device works; nothing is published
+    assert os.listdir(state) == []
+
+
+def test_monitor_prints_json_lines(env, holders):
+    holders(env, device=0)
+    r = nobs(env, "monitor", "--interval", "0.2", "--count", "2")
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert r.returncode == 0 and len(lines) == 2
+    assert all(len(doc["devices"]) == 4 and doc["devices"][0]["processes"] for doc in lines)
+
+
+@pytest.fixture
+def server(env):
+    proc = subprocess.Popen(NOBS + ["serve", "--port", "0"], stderr=subprocess.PIPE, text=True, env=env)
+    line = proc.stderr.readline()
+    assert "http://127.0.0.1:" in line, line  # loopback unless told otherwise
+    url = line.split()[2].rstrip("/")
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_http_endpoints_and_prometheus_metrics(server, env, holders):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    holders(env, device=3, mib=16)
+    assert get(server + "/healthz") == (200, json.dumps({"status": "ok"}, indent=2) + "\n")
+    deadline = time.time() + 20
+    while get(server + "/readyz")[0] != 200 and time.time() < deadline:
+        time.sleep(0.1)
+    assert json.loads(get(server + "/readyz")[1]) == {"ready": True}
+    assert json.loads(get(server + "/version")[1])["api"] == "v1"
+    code, body = get(server + "/v1/devices")
+    devices = json.loads(body)["devices"]
+    assert code == 200 and len(devices) == 4 and devices[3]["processes"]
+    assert json.loads(get(server + "/v1/health")[1])["status"] == "healthy"
+    code, text = get(server + "/metrics")
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    used = {s.labels["device"]: s.value for s in families["neuron_device_memory_used_bytes"].samples}
+    assert code == 200 and used["3"] >= 16 << 20 and used["0"] == 0
+    health = [s for s in families["neuron_device_health"].samples if s.value == 1]
+    assert sorted((s.labels["device"], s.labels["status"]) for s in health) == [(str(i), "healthy") for i in range(4)]
+    assert all(name.startswith("neuron_") for name in families)
+
+
+def test_http_refuses_what_it_does_not_serve(server):
+    assert get(server + "/nope")[0] == 404
+    assert get(server + "/" + "a" * 300)[0] == 414
+    req = urllib.request.Request(server + "/v1/devices", data=b"{}", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=10)
+    assert e.value.code == 405
+    host, port = server.split("//")[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"GET /healthz BOGUS/1.1\r\n\r\n")  # a malformed request line
+        assert b"Error code: 400" in s.recv(4096)
+    assert get(server + "/healthz")[0] == 200  # and it goes on serving
+
+
+def test_top_runs_in_a_terminal(env, holders):
+    pexpect = pytest.importorskip("pexpect")
+    holders(env, device=2, mib=16)
+    child = pexpect.spawn(sys.executable, ["-P", "-m", "torch_neuronx.observer", "top", "--interval", "0.3"],
+                          env=env, encoding="utf-8", timeout=60, dimensions=(40, 160))
+    child.expect("neuron:3")
+    child.expect("healthy")
+    child.send("q")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
