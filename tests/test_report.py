@@ -26,6 +26,7 @@ def test_a_saved_tiny_model_runs_without_fallbacks_and_fits_one_core(tmp_path, c
     r = json.loads(out.read_text())
     assert KEYS <= set(r)
     assert r["will_run"] is True and r["fallbacks"] == [] and r["min_devices"] == {"trn2": 1, "trn3": 1}
+    assert r["graph_breaks"] == []  # Llama's forward traces whole
     assert r["parameters"] == sum(p.numel() for p in transformers.LlamaForCausalLM.from_pretrained(
         tmp_path / "m").parameters())
     assert r["memory"]["gradients"] == r["memory"]["weights"] and r["memory"]["activations"] > 0
@@ -70,3 +71,18 @@ def test_the_html_page_has_the_time_by_op_and_the_memory_bars(tmp_path):
     rows = r["breakdown"]["trn2"]
     assert rows[0][2] == max(row[2] for row in rows)  # the costliest op first
     assert abs(sum(row[3] for row in rows) - 1.0) < 1e-6 or len(rows) == 30
+
+
+def test_graph_breaks_are_found_by_tracing_the_forward():
+    import torch
+
+    from torch_neuronx.report import graph_breaks
+
+    def forward(x):
+        y = x * 2
+        print("a side effect torch.compile cannot trace")
+        return y + 1
+
+    (brk,) = graph_breaks(forward, x=torch.zeros(4, device="meta"))
+    assert "print" in brk["reason"] and brk["where"].endswith(f":{forward.__code__.co_firstlineno + 2}")
+    assert graph_breaks(lambda x: x.sin() + 1, x=torch.zeros(4, device="meta")) == []

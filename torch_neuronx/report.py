@@ -59,6 +59,24 @@ def _plans(op_names) -> tuple[list, list]:
     return fallbacks, syncs
 
 
+def graph_breaks(fn, **kwargs) -> list:
+    """Where torch.compile would break `fn(**kwargs)` into several graphs, and why (Dynamo's explain,
+    on whatever device the inputs are; meta works)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    try:
+        explained = torch._dynamo.explain(fn)(**kwargs)
+    except Exception as e:  # Dynamo could not trace it at all: the whole call would run eager
+        first = (str(e).strip().splitlines() or [""])[0]
+        return [{"reason": f"torch.compile cannot trace it: {type(e).__name__}: {first[:300]}", "where": ""}]
+    finally:
+        torch._dynamo.reset()
+    return [{"reason": str(b.reason).strip()[:300],
+             "where": f"{b.user_stack[-1].filename}:{b.user_stack[-1].lineno}" if b.user_stack else ""}
+            for b in explained.break_reasons]
+
+
 def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, generate: int = 0,
            dtype: str = "bf16", devices: int | None = None) -> dict:
     """The report of the model in `model_dir` (see the module's doc). `devices` estimates the speed on
@@ -149,7 +167,8 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
     return {"model": os.path.abspath(model_dir), "architecture": type(model).__name__,
             "will_run": not fallbacks and not unsupported, "fallbacks": fallbacks, "sync_ops": syncs,
             "unsupported_dtypes": unsupported,
-            "graph_breaks": [],  # torch.compile is not traced on the meta device
+            # the forward as torch.compile(model) traces it (without a KV cache)
+            "graph_breaks": graph_breaks(model, input_ids=ids, use_cache=False),
             "parameters": params, "memory": memory, "min_devices": min_devices, "estimate": result,
             "breakdown": {p: [list(row) for row in (decodes or estimates)[p].by_op()[:30]] for p in estimates},
             "assumptions": {"batch": batch, "seq": seq, "train": train, "generate": generate, "dtype": dtype,
