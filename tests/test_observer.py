@@ -54,7 +54,18 @@ class Holder:
                                      text=True, env=e)
         line = self.proc.stdout.readline()
         assert line.strip() == "ready", line + self.proc.stderr.read()
-        time.sleep(0.3)  # its monitor has published
+        path = os.path.join(env["TORCH_NEURONX_STATE_DIR"], f"{self.proc.pid}.json")
+        deadline = time.time() + 30
+        while time.time() < deadline:  # until its monitor has published the memory it holds
+            try:
+                with open(path) as f:
+                    if json.load(f)["devices"][device]["memory_used"]:
+                        break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"pid {self.proc.pid} published no state")
 
     def finish(self) -> str:
         out, err = self.proc.communicate("go\n", timeout=60)
@@ -231,8 +242,12 @@ def test_http_endpoints_and_prometheus_metrics(server, env, holders):
         time.sleep(0.1)
     assert json.loads(get(server + "/readyz")[1]) == {"ready": True}
     assert json.loads(get(server + "/version")[1])["api"] == "v1"
-    code, body = get(server + "/v1/devices")
-    devices = json.loads(body)["devices"]
+    while True:  # the collector samples every second: wait for one made after the holder published
+        code, body = get(server + "/v1/devices")
+        devices = json.loads(body)["devices"]
+        if devices[3]["processes"] or time.time() > deadline:
+            break
+        time.sleep(0.2)
     assert code == 200 and len(devices) == 4 and devices[3]["processes"]
     assert json.loads(get(server + "/v1/health")[1])["status"] == "healthy"
     code, text = get(server + "/metrics")
