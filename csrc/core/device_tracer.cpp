@@ -59,7 +59,11 @@ struct OpStack {
 std::atomic<uint64_t> g_generation{0};
 thread_local OpStack tls_ops;
 std::mutex g_notes_mu;
-std::vector<SpanOp> g_notes;  // under g_notes_mu; note n is g_notes[n - 1]
+// Under g_notes_mu: note n is notes()[n - 1], described (to text) only when the trace is priced.
+std::vector<OprEntry>& notes() {
+  static auto* n = new std::vector<OprEntry>();  // leaked: a trace may stop during teardown
+  return *n;
+}
 
 std::unique_ptr<at::ObserverContext> on_op_enter(const at::RecordFunction& fn) {
   auto& st = tls_ops;
@@ -161,10 +165,9 @@ uint64_t note_current_op() {
   if (st.depth == 0 || st.generation != g_generation.load(std::memory_order_relaxed)) return 0;
   OprEntry& e = st.open[st.depth - 1];
   if (e.note != 0) return e.note;
-  SpanOp op = describe(e);
   std::lock_guard<std::mutex> lock(g_notes_mu);
-  g_notes.push_back(std::move(op));
-  return e.note = g_notes.size();
+  notes().push_back(e);
+  return e.note = notes().size();
 }
 
 std::mutex g_callback_mu;
@@ -174,8 +177,8 @@ void watch_ops(bool on) {
   std::lock_guard<std::mutex> lock(g_callback_mu);
   if (on && !g_callback) {
     {
-      std::lock_guard<std::mutex> notes(g_notes_mu);
-      g_notes.clear();
+      std::lock_guard<std::mutex> lock(g_notes_mu);
+      notes().clear();
     }
     g_generation.fetch_add(1);
     neuronrt::trace::set_note_source(&note_current_op);
@@ -296,24 +299,24 @@ class Session final : public libkineto::IActivityProfilerSession {
       std::lock_guard<std::mutex> lock(g_estimator_mu);
       fn = estimator();
     }
-    std::vector<SpanOp> notes;
+    std::vector<OprEntry> noted;
     {
       std::lock_guard<std::mutex> lock(g_notes_mu);
-      notes.swap(g_notes);
+      noted.swap(notes());
     }
-    if (!fn || notes.empty()) return out;
+    if (!fn || noted.empty()) return out;
     std::map<std::vector<std::string>, size_t> distinct;
     std::vector<SpanOp> queries;
-    std::vector<size_t> query_of(notes.size());
-    for (size_t n = 0; n < notes.size(); ++n) {
-      const SpanOp& op = notes[n];
+    std::vector<size_t> query_of(noted.size());
+    for (size_t n = 0; n < noted.size(); ++n) {
+      const SpanOp op = describe(noted[n]);
       auto [it, fresh] =
           distinct.emplace(std::vector<std::string>{op.name, op.dims, op.types, op.concrete}, queries.size());
       if (fresh) queries.push_back(op);
       query_of[n] = it->second;
     }
     const auto prices = fn(queries);
-    for (size_t n = 0; n < notes.size(); ++n) {
+    for (size_t n = 0; n < noted.size(); ++n) {
       const size_t q = query_of[n];
       if (q < prices.size() && prices[q]) out[n + 1] = *prices[q];
     }
