@@ -39,14 +39,16 @@ def _memory_figure(result: dict, capacity: dict, plt):
         if any(values):
             ax.bar(profiles, values, bottom=bottoms, label=component.replace("_", " "))
             bottoms = [b + v for b, v in zip(bottoms, values)]
-    ax.scatter(profiles, [capacity[p] / GIB for p in profiles], marker="_", s=2000, color="black",
-               label="one logical core's HBM", zorder=3)
+    for i, p in enumerate(profiles):
+        ax.hlines(capacity[p] / GIB, i - 0.4, i + 0.4, colors="black", linestyles="dashed", zorder=3,
+                  label="one logical core's HBM" if i == 0 else None)
     ax.set_ylabel("GiB per logical core")
     ax.set_xticks(range(len(profiles)),
                   [f"{p} (x{result['min_devices'][p]})" if result["min_devices"][p] else f"{p} (does not fit)"
                    for p in profiles])
     ax.set_title("memory per device at the smallest degree that fits")
-    ax.legend(fontsize=8)
+    ax.set_ylim(0, max(max(bottoms), *(capacity[p] / GIB for p in profiles)) * 1.3)
+    ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     return fig
 

@@ -46,7 +46,7 @@ struct OpInput {
 };
 struct OprEntry {
   const at::RecordFunction* fn = nullptr;
-  const char* name = nullptr;
+  std::string name;      // a copy: a function's own name dies with it (a compiled kernel's)
   std::string overload;  // "" for the default
   std::vector<OpInput> inputs;
   uint64_t note = 0;
@@ -155,7 +155,7 @@ SpanOp describe(const OprEntry& e) {
   dims << ']';
   types << ']';
   values << ']';
-  std::string name = e.name ? e.name : "?";
+  std::string name = e.name;
   if (!e.overload.empty()) name += "." + e.overload;
   return {std::move(name), dims.str(), types.str(), values.str()};
 }

@@ -5,6 +5,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -36,7 +37,7 @@ class MemoryHistory {
   // "all" (C++ frames too). Raises c10::Error naming a bad value.
   void configure(const std::string& enabled, const std::string& context, const std::string& stacks, size_t max_entries,
                  bool clear);
-  bool keeps_state() const { return state_; }
+  bool keeps_state() const { return state_.load(std::memory_order_relaxed); }
   // The calling thread's stack for an action, if its stacks are kept (never on a queue worker,
   // whose allocations are a kernel's, not the user's).
   std::shared_ptr<torch::CapturedTraceback> gather(const char* action) const;
@@ -44,8 +45,9 @@ class MemoryHistory {
   std::vector<HistoryEntry> entries() const;
 
  private:
-  bool state_ = false, log_ = false;
-  bool stack_alloc_ = false, stack_free_ = false, cpp_ = false;
+  // Read on every allocation without the lock; written under it.
+  std::atomic<bool> state_{false}, log_{false};
+  std::atomic<bool> stack_alloc_{false}, stack_free_{false}, cpp_{false};
   size_t max_entries_ = SIZE_MAX;
   mutable std::mutex mu_;
   std::deque<HistoryEntry> log_entries_;  // under mu_, the newest max_entries_

@@ -143,9 +143,6 @@ PYBIND11_MODULE(_C, m) {
     std::string status = checked([&] { return runtime().device_health(device, &why); });
     return py::make_tuple(status, why);
   });
-  m.def("_publish_health", [] {
-    if (auto* m = checked([] { return runtime().monitor(); })) m->tick();
-  });
   m.def("_set_span_estimator", [](py::object fn) {
     // Leaked with the estimator: the profiler may price spans during interpreter teardown.
     auto* held = new py::object(std::move(fn));

@@ -237,8 +237,9 @@ std::string Runtime::device_health(int device, std::string* why) {
   } else if (static_cast<int64_t>(f.correctable) > opts_.correctable_limit) {
     reason = std::to_string(f.correctable) + " correctable HBM memory errors, over the limit of " +
              std::to_string(opts_.correctable_limit) + " (TORCH_NEURONX_CORRECTABLE_LIMIT)";
-  } else if (health::Monitor* m = monitor(); m != nullptr && m->hung(device, &reason)) {
-    reason = "hung: " + reason;
+  } else {
+    std::lock_guard<std::mutex> lock(queues_mu_);  // the monitor lives while it is held
+    if (monitor_ && monitor_->hung(device, &reason)) reason = "hung: " + reason;
   }
   if (why) *why = reason;
   return reason.empty() ? "healthy" : "unhealthy";
