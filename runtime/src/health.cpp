@@ -227,13 +227,16 @@ std::string Monitor::render() {
     std::string why;
     const bool is_hung = hung(d, &why);
     if (is_hung) error = why;
+    std::string reason;
+    const std::string health = rt_.device_health(d, &reason);
     const DeviceFaults& f = rt_.faults(d);
     DeviceMemory& mem = rt_.memory(d);
     o << (d ? ", " : "") << "{\"index\": " << d << ", \"memory_total\": " << mem.capacity()
       << ", \"memory_used\": " << mem.used() << ", \"queues\": " << queues.size() << ", \"tasks\": " << tasks
       << ", \"failed\": " << failed << ", \"queued\": " << queued << ", \"busy_ns\": " << busy
       << ", \"correctable\": " << f.correctable << ", \"uncorrectable\": " << f.uncorrectable
-      << ", \"hung\": " << (is_hung ? "true" : "false") << ", \"last_error\": \"" << json_escape(error) << "\"}";
+      << ", \"hung\": " << (is_hung ? "true" : "false") << ", \"last_error\": \"" << json_escape(error)
+      << "\", \"health\": \"" << health << "\", \"health_reason\": \"" << json_escape(reason) << "\"}";
   }
   o << "]}\n";
   return o.str();

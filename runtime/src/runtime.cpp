@@ -95,7 +95,12 @@ Runtime::~Runtime() {
   // The monitor first (it reads the queues), then the queues: their workers may still be running
   // tasks that touch device memory. Hung queues run again.
   releasing_.store(true);
-  monitor_.reset();
+  std::unique_ptr<health::Monitor> monitor;
+  {
+    std::lock_guard<std::mutex> lock(queues_mu_);  // its thread may be asking device_health
+    monitor = std::move(monitor_);
+  }
+  monitor.reset();
   queues_.clear();
 }
 

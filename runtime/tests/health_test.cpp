@@ -113,6 +113,7 @@ TEST(Health, PublishesStateAndTheWatchdogFindsAHungQueue) {
     EXPECT_NE(text.str().find("\"pid\": " + std::to_string(getpid())), std::string::npos);
     EXPECT_NE(text.str().find("\"correctable\": 3"), std::string::npos);
     EXPECT_NE(text.str().find("\"hung\": true"), std::string::npos);
+    EXPECT_NE(text.str().find("\"health\": \"unhealthy\", \"health_reason\": \"hung: "), std::string::npos);
   }  // the runtime's end releases the hung queue and removes its state
   struct stat st{};
   EXPECT_NE(stat(path.c_str(), &st), 0);
