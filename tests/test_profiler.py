@@ -88,6 +88,7 @@ def test_each_span_carries_the_cost_models_estimate_of_its_op(tmp_path, profile_
 def test_a_side_stream_has_its_own_lane(tmp_path):
     x = torch.randn(64, 64, device=N)
     s = torch.neuron.Stream()
+    s.wait_stream(torch.neuron.current_stream())  # x is made on the default stream
     with profile(activities=ACTIVITIES) as prof:
         with torch.neuron.stream(s):
             y = x * 2
@@ -140,14 +141,16 @@ def test_a_cpu_only_profile_records_no_device_spans(tmp_path):
 
 @pytest.fixture
 def history():
+    torch.neuron.synchronize()
+    torch.neuron.empty_cache()
     torch.neuron.memory._record_memory_history(max_entries=10_000, clear_history=True)
     yield
     torch.neuron.memory._record_memory_history(enabled=None)
 
 
 def allocate_and_free():
-    a = torch.randn(1000, 1000, device=N)
-    b = a @ a
+    a = torch.randn(4096, 4096, device=N)  # 64 MiB: a segment of its own, whatever is cached
+    b = a * 2
     del a
     return b
 
@@ -170,7 +173,7 @@ def test_the_snapshot_has_the_stack_of_each_live_block_and_renders(history, tmp_
     trace = snap["device_traces"][0]
     actions = [t["action"] for t in trace]
     assert {"segment_alloc", "alloc", "free_requested", "free_completed"} <= set(actions), actions
-    freed = [t for t in trace if t["action"] == "free_requested"]
+    freed = [t for t in trace if t["action"] == "free_requested" and t["size"] >= 64 << 20]  # `a`'s
     assert freed and "allocate_and_free" in {f["name"] for f in freed[0]["frames"]}
 
     html = _memory_viz.trace_plot(snap)
