@@ -144,3 +144,15 @@ def test_profile_memory_records_device_allocations():
     usage = {e.key: e.self_device_memory_usage for e in prof.key_averages()}
     assert usage["aten::mm"] == 256 * 256 * 4  # the output, allocated on the device
     assert usage["[memory]"] == -256 * 256 * 4  # freed when y went
+
+
+def test_the_host_cache_calls_of_torch_accelerator_work_on_neuron():
+    """torch.accelerator.empty_host_cache() (vLLM calls it at shutdown) crashed once the device was
+    used: no host allocator was registered for the device."""
+    r = run_python("import torch\n"
+                   "x = torch.ones(4, device='neuron')\n"
+                   "pinned = torch.ones(1000).pin_memory()\n"
+                   "y = pinned.to('neuron', non_blocking=True)\n"
+                   "torch.accelerator.empty_host_cache()\n"
+                   "print(x.sum().item(), y.sum().item())\n")
+    assert r.returncode == 0 and r.stdout.split() == ["4.0", "1000.0"], r.stderr[-2000:]
