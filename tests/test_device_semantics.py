@@ -20,7 +20,8 @@ def test_module_to_keeps_parameter_objects():
     m.to(N)
     assert all(a is b for a, b in zip(m.parameters(), params))
     assert all(p.device.type == "neuron" for p in params) and m[1].running_mean.device.type == "neuron"
-    m(torch.randn(5, 3, device=N)).sum().backward()
+    # weighted: a plain sum of BatchNorm's outputs is constant, so its gradient would be (nearly) zero
+    (m(torch.randn(5, 3, device=N)) * torch.randn(5, 4, device=N)).sum().backward()
     before = params[0].detach().cpu().clone()
     opt.step()
     assert not torch.equal(params[0].detach().cpu(), before)  # the optimizer trains the moved parameters

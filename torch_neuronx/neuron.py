@@ -162,7 +162,7 @@ def get_device_properties(device: _device_t = None) -> _NeuronDeviceProperties:
 def device_health(device: _device_t = None) -> str:
     """"healthy", "unhealthy" or "unknown", as nobs reports it: this process's view of the device
     (an injected memory error, a hung queue) and what every other process using it publishes.
-    Work on a device this process sees unhealthy raises at the call."""
+    Work on a device with an uncorrectable memory error in this process raises at the call."""
     idx = device_index(device)
     status, _ = _C._device_health(idx)
     if status != "healthy":
