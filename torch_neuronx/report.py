@@ -153,12 +153,13 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
         seconds = est.sharded_us(degree) * 1e-6 + all_reduces(seq, 2 if train else 1)
         if train and degree > 1:  # and the gradients, reduced over NeuronLink each step
             seconds += 2 * params * item / degree / link
+        token = decodes[profile].sharded_us(degree) * 1e-6 + all_reduces(1, 1) if generate else None
         if generate:
-            seconds += generate * (decodes[profile].sharded_us(degree) * 1e-6 + all_reduces(1, 1))
+            seconds += generate * token
         tokens = batch * (generate if generate else seq)
         result[profile] = {"step_seconds": seconds, "tokens_per_second": tokens / seconds, "devices": degree}
         if generate:
-            result[profile]["token_seconds"] = decodes[profile].sharded_us(degree) * 1e-6 + all_reduces(1, 1)
+            result[profile]["token_seconds"] = token
     if all(v is None for v in min_devices.values()):
         raise ReportError(f"{total / GIB:,.1f} GiB does not fit {_MAX_DEVICES} logical cores of trn2 or trn3")
     if all(v is None for v in result.values()):

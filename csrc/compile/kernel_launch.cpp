@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -46,12 +47,15 @@ constexpr auto kCallers = make_callers(std::make_index_sequence<kMaxKernelArgs +
 
 OpRecord& kernel_rec = typed_op("neuron::compiled_kernel", "a kernel of a compiled graph, launched as a task");
 
-// A kernel's name for its tasks (which need one that outlives them): kept once per kernel.
-const char* task_name(const std::string& kernel) {
+// A kernel's name for its tasks (which need one that outlives them): kept once per kernel, and
+// found again by the kernel's address without a lock or a string hash on the launch path.
+const char* task_name(void* fn, const std::string& kernel) {
+  thread_local std::unordered_map<void*, const char*> seen;
+  if (auto it = seen.find(fn); it != seen.end()) return it->second;
   static std::mutex mu;
   static auto* names = new std::unordered_set<std::string>();  // leaked: tasks may run at exit
   std::lock_guard<std::mutex> lock(mu);
-  return names->insert(kernel).first->c_str();
+  return seen[fn] = names->insert(kernel).first->c_str();
 }
 
 }  // namespace
@@ -93,7 +97,7 @@ void launch_cpu_kernel(void* fn, const std::string& name, const std::string& kin
   // The launch is a host op of its own for profilers (as a Triton kernel's launch is on CUDA); its
   // device span carries the kernel's name.
   RECORD_FUNCTION(name, c10::ArrayRef<const c10::IValue>(args.data(), args.size()));
-  const char* task = task_name(name);
+  const char* task = task_name(fn, name);
   const Caller caller = kCallers[args.size()];
   if (scalars.empty()) {
     launch(device, task, [fn, caller, a] { caller(fn, a.data()); });

@@ -141,7 +141,7 @@ class Allocator final : public CachingAllocator {
     const bool small = size <= kSmallSize;
     auto& st = state(device);
     // Before the lock: gathering a stack may wait for the GIL, which an allocating thread may hold.
-    auto frames = memory_history().gather("alloc");
+    auto frames = memory_history().gather(/*free=*/false);
     std::unique_lock<std::mutex> lock(st.mu);
     if (st.capturing && st.capturing->stream == stream) {
       std::shared_ptr<CapturePool> pool = st.capturing;
@@ -197,7 +197,7 @@ class Allocator final : public CachingAllocator {
     if (n == 0) return c10::DataPtr(nullptr, nullptr, &free_block, dev);
     const size_t size = round_size(n);
     auto& st = state(device);
-    auto frames = memory_history().gather("alloc");
+    auto frames = memory_history().gather(/*free=*/false);
     std::unique_lock<std::mutex> lock(st.mu);
     void* p = take_segment_locked(st, device, size);
     if (!p) {
@@ -222,7 +222,7 @@ class Allocator final : public CachingAllocator {
   void release(Block* b) {
     if (forked_child()) return;  // the parent's blocks; this process may not touch the device
     auto& st = state(b->device);
-    auto frames = memory_history().gather("free_requested");
+    auto frames = memory_history().gather(/*free=*/true);
     std::lock_guard<std::mutex> lock(st.mu);
     memory_history().record({"free_requested", b->device, addr(b), b->size, b->stream, 0, 0, std::move(frames)});
     b->frames.reset();

@@ -3,7 +3,6 @@
 #include <torch/csrc/profiler/combined_traceback.h>
 
 #include <chrono>
-#include <cstring>
 
 #include "neuronrt/queue.h"
 
@@ -30,9 +29,9 @@ void MemoryHistory::configure(const std::string& enabled, const std::string& con
   while (log_entries_.size() > max_entries_) log_entries_.pop_front();
 }
 
-std::shared_ptr<torch::CapturedTraceback> MemoryHistory::gather(const char* action) const {
-  const bool is_free = std::strstr(action, "free") != nullptr;
-  if (!(is_free ? stack_free_ : stack_alloc_) || neuronrt::Queue::current() != nullptr) return nullptr;
+std::shared_ptr<torch::CapturedTraceback> MemoryHistory::gather(bool free) const {
+  if (!(free ? stack_free_ : stack_alloc_).load(std::memory_order_relaxed) || neuronrt::Queue::current() != nullptr)
+    return nullptr;
   return torch::CapturedTraceback::gather(/*python=*/true, /*script=*/true, /*cpp=*/cpp_);
 }
 

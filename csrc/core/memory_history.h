@@ -40,7 +40,7 @@ class MemoryHistory {
   bool keeps_state() const { return state_.load(std::memory_order_relaxed); }
   // The calling thread's stack for an action, if its stacks are kept (never on a queue worker,
   // whose allocations are a kernel's, not the user's).
-  std::shared_ptr<torch::CapturedTraceback> gather(const char* action) const;
+  std::shared_ptr<torch::CapturedTraceback> gather(bool free) const;
   void record(HistoryEntry entry);
   std::vector<HistoryEntry> entries() const;
 

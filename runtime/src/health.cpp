@@ -161,11 +161,6 @@ bool Monitor::hung(int device, std::string* why) const {
   return true;
 }
 
-std::string Monitor::state() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return state_;
-}
-
 void Monitor::tick() {
   // The watchdog: a queue with work that has not finished a task for hung_after_ is hung.
   const auto now = std::chrono::steady_clock::now();
@@ -200,8 +195,6 @@ void Monitor::tick() {
     close(fd);
     if (!ok || rename(tmp.c_str(), path_.c_str()) != 0) unlink(tmp.c_str());
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  state_ = text;
 }
 
 std::string Monitor::render() {

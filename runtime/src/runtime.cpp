@@ -164,18 +164,19 @@ DeviceMemory& Runtime::memory(int device) {
 }
 
 Queue& Runtime::queue(int device, int id) {
-  if (device >= 0 && device < device_count() && unusable_[device]) {
-    throw std::runtime_error("neuron:" + std::to_string(device) +
-                             " has an uncorrectable HBM memory error: its memory cannot be trusted, so no work runs "
-                             "on it (torch.neuron.device_health(" +
-                             std::to_string(device) + ") is 'unhealthy'; nobs status shows it)");
-  }
   if (device >= 0 && device < device_count() && id >= 0 && id < kMaxQueuesPerDevice) {
     if (Queue* q = queue_index_[device * kMaxQueuesPerDevice + id].load(std::memory_order_acquire)) return *q;
   }
   core(device);
   if (id < 0 || id >= kMaxQueuesPerDevice) {
     throw std::out_of_range("neuron: invalid queue id " + std::to_string(id));
+  }
+  // A device with an uncorrectable memory error gets no queue, so every op on it ends up here.
+  if (unusable_[device]) {
+    throw std::runtime_error("neuron:" + std::to_string(device) +
+                             " has an uncorrectable HBM memory error: its memory cannot be trusted, so no work runs "
+                             "on it (torch.neuron.device_health(" +
+                             std::to_string(device) + ") is 'unhealthy'; nobs status shows it)");
   }
   Queue* q = make_queue(device, id);
   start_monitor();

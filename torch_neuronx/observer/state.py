@@ -13,9 +13,9 @@ VERSION = 1
 _MAX_BYTES = 1 << 20
 _DEVICE_FIELDS = {"index": int, "memory_total": int, "memory_used": int, "queues": int, "tasks": int,
                   "failed": int, "queued": int, "busy_ns": int, "correctable": int, "uncorrectable": int,
-                  "hung": bool, "last_error": str}
+                  "hung": bool, "last_error": str, "health": str, "health_reason": str}
 _PROCESS_FIELDS = {"version": int, "pid": int, "start_time": int, "uid": int, "command": str, "profile": str,
-                   "lnc": int, "updated_unix_ms": int, "correctable_limit": int, "devices": list}
+                   "lnc": int, "updated_unix_ms": int, "devices": list}
 
 
 def state_dir() -> str:
@@ -100,28 +100,21 @@ def read(directory: str | None = None) -> Snapshot:
 
 
 def device_health(snap: Snapshot, index: int) -> tuple[str, list]:
-    """healthy, unhealthy or unknown, with the reasons, from every live process's view of a device."""
+    """healthy, unhealthy or unknown, with the reasons: unhealthy when any live process's runtime
+    found it so (the rule lives in the runtime: Runtime::device_health)."""
     if not snap.trusted or snap.problems:
         return "unknown", list(snap.problems)
-    reasons = []
-    for p in snap.processes:
-        for d in p["devices"]:
-            if d["index"] != index:
-                continue
-            who = f"pid {p['pid']}"
-            if d["uncorrectable"]:
-                reasons.append(f"{d['uncorrectable']} uncorrectable HBM memory error(s) ({who})")
-            if d["correctable"] > p["correctable_limit"]:
-                reasons.append(f"{d['correctable']} correctable HBM memory errors, over the limit of "
-                               f"{p['correctable_limit']} ({who})")
-            if d["hung"]:
-                reasons.append(f"hung: {d['last_error']} ({who})")
+    reasons = [f"{d['health_reason']} (pid {p['pid']})" for p in snap.processes for d in p["devices"]
+               if d["index"] == index and d["health"] == "unhealthy"]
     return ("unhealthy" if reasons else "healthy"), reasons
 
 
 def devices(snap: Snapshot, count: int, props, previous: Snapshot | None = None, interval_s: float = 0.0) -> list:
     """Per device: its profile, memory, the processes using it, utilization (the share of the
     interval since `previous` in which its queues ran tasks) and health."""
+    busy_before = {(p["pid"], d["index"]): d["busy_ns"] for p in previous.processes for d in p["devices"]} \
+        if previous is not None else {}
+    busy_now = {(p["pid"], d["index"]): d["busy_ns"] for p in snap.processes for d in p["devices"]}
     out = []
     for i in range(count):
         users, used, correctable, uncorrectable, tasks, failed = [], 0, 0, 0, 0, 0
@@ -138,9 +131,7 @@ def devices(snap: Snapshot, count: int, props, previous: Snapshot | None = None,
                     failed += d["failed"]
         utilization = None
         if previous is not None and interval_s > 0:
-            before = {(p["pid"], d["index"]): d["busy_ns"] for p in previous.processes for d in p["devices"]}
-            now = {(p["pid"], d["index"]): d["busy_ns"] for p in snap.processes for d in p["devices"]}
-            delta = sum(v - before.get(k, v) for k, v in now.items() if k[1] == i)
+            delta = sum(v - busy_before.get(k, v) for k, v in busy_now.items() if k[1] == i)
             utilization = min(1.0, max(0.0, delta / (interval_s * 1e9)))
         health, reasons = device_health(snap, i)
         out.append({"index": i, "name": f"neuron:{i}", "profile": props[i]["name"], "memory_total": props[i]["total"],

@@ -61,8 +61,6 @@ class Monitor {
 
   // Checks the queues and rewrites the state file now (also what the thread does each period).
   void tick();
-  // The state file's text as of the last tick.
-  std::string state() const;
   // A queue of `device` that has not finished a task for longer than the watchdog limit, and why.
   bool hung(int device, std::string* why = nullptr) const;
 
@@ -81,7 +79,6 @@ class Monitor {
   mutable std::mutex mu_;
   std::map<std::pair<int, int64_t>, Progress> progress_;  // by (device, queue tag)
   std::map<int, std::string> hung_;                       // device -> why
-  std::string state_;
   bool stop_ = false;
   std::condition_variable cv_;
   std::thread thread_;
