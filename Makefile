@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.requirements-stamp
 RT_BUILD := build/runtime-tests
 RT_CMAKE := -G Ninja -DNEURONX_BUILD_EXTENSION=OFF -DNEURONX_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all sysdeps venv install lint runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile bench-collectives bench-nki bench-cost-model conformance hf-matrix upstream-tests clean
+.PHONY: all sysdeps venv install lint runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile bench-collectives bench-nki bench-cost-model bench-vllm conformance hf-matrix upstream-tests clean
 
 all: install
 
@@ -17,9 +17,12 @@ sysdeps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libgtest-dev ccache >/dev/null; \
 	fi
 
-$(STAMP): requirements.txt
+# vLLM's wheels declare CUDA-only dependencies: requirements-vllm.txt is it and the closure of
+# what it imports, exact pins, installed without the resolver.
+$(STAMP): requirements.txt requirements-vllm.txt
 	python3 -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check -r requirements.txt
+	$(PIP) install -q --disable-pip-version-check --no-deps -r requirements-vllm.txt
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -75,6 +78,9 @@ bench-compile: install
 
 bench-collectives: install
 	$(PY) -P benchmarks/collectives.py
+
+bench-vllm: install
+	$(PY) -P benchmarks/vllm_serving.py
 
 bench-cost-model: install
 	$(PY) -P benchmarks/cost_model_vs_aws.py

@@ -17,6 +17,7 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
     ("generate_static.py", "'recompiles': 0"),
     ("fsdp2_llama.py", "trained with FSDP2 on 2 ranks of neuron"),
     ("nki_rmsnorm.py", "trained on neuron with the NKI RMSNorm"),
+    ("vllm_serve.py", "served by vLLM on neuron"),
 ])
 def test_example_runs(name, expect):
     r = subprocess.run([sys.executable, os.path.join(EXAMPLES, name)], capture_output=True, text=True, timeout=600,

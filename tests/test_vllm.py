@@ -1,0 +1,298 @@
+"""vLLM on neuron (torch_neuronx.vllm): vLLM's own model implementations, scheduler and sampler on
+the device, compared with Hugging Face `generate` on the CPU. Every engine runs in a fresh
+interpreter (an engine owns its process's distributed state); models and the tokenizer are built
+here from configs."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import httpx
+import pytest
+import torch
+import transformers
+from conftest import run_python
+
+from torch_neuronx import demo
+
+PROMPTS = [
+    "the",
+    "To be, or not to be,",
+    "It is a truth universally acknowledged, that a single man",
+    "whether 'tis nobler in the mind to suffer the slings and arrows of outrageous fortune",
+]
+NEW_TOKENS = 12
+CHAT_TEMPLATE = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
+
+
+def _save(path, config, tokenizer):
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("vllm-models")
+    tokenizer = demo.train_tokenizer(demo.TEXT, 512)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    common = dict(
+        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+    )
+    configs = {
+        "llama": transformers.LlamaConfig(**common),
+        "qwen2": transformers.Qwen2Config(**common, tie_word_embeddings=True),
+        # A window shorter than the prompts: every layer attends to its last 8 tokens only.
+        "mistral-window": transformers.MistralConfig(**common, sliding_window=8),
+    }
+    paths = {}
+    for name, config in configs.items():
+        paths[name] = str(root / name)
+        _save(paths[name], config, tokenizer)
+    return paths
+
+
+def hf_greedy(path, prompts, new_tokens=NEW_TOKENS):
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    out = []
+    for prompt in prompts:
+        ids = tokenizer(prompt, return_tensors="pt").input_ids
+        tokens = model.generate(ids, max_new_tokens=new_tokens, do_sample=False, min_new_tokens=new_tokens)
+        out.append(tokens[0, ids.shape[1]:].tolist())
+    return out
+
+
+PRELUDE = """
+import json, os
+import torch_neuronx
+from vllm import LLM, SamplingParams
+
+def engine(path, **kwargs):
+    args = dict(model=path, dtype="float32", max_model_len=128, max_num_seqs=8, max_num_batched_tokens=256,
+                kv_cache_memory_bytes=32 << 20, enforce_eager=True, seed=0)
+    args.update(kwargs)
+    return LLM(**args)
+
+def greedy(n):
+    return SamplingParams(max_tokens=n, min_tokens=n, temperature=0.0)
+
+def tokens(outputs):
+    return [list(o.outputs[0].token_ids) for o in outputs]
+
+def result(value):
+    print("RESULT " + json.dumps(value), flush=True)
+"""
+
+
+def run_vllm(script: str, timeout: int = 300, log: bool = False, **env) -> dict:
+    """Runs PRELUDE + script in a fresh interpreter with vLLM's engine in that process; returns
+    what the script passed to result() (and, with log=True, vLLM's INFO log as "log")."""
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "INFO" if log else "WARNING", **env}
+    proc = run_python(PRELUDE + textwrap.dedent(script), env=env, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = json.loads(lines[-1][len("RESULT "):])
+    if log:
+        out["log"] = proc.stdout + proc.stderr
+    return out
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2", "mistral-window"])
+def test_greedy_batch_equals_hf_cpu(models, name):
+    out = run_vllm(f"""
+        llm = engine({models[name]!r})
+        torch_neuronx.reset_op_counts()
+        outputs = llm.generate({PROMPTS!r}, greedy({NEW_TOKENS}))
+        counts = torch_neuronx.op_counts()
+        result({{"tokens": tokens(outputs), "device": str(llm.llm_engine.vllm_config.device_config.device),
+                 "copy": {{op: c["copy"] for op, c in counts.items() if c["copy"]}},
+                 "sync": {{op: c["sync"] for op, c in counts.items() if c["sync"]}},
+                 "ops": sum(c["async"] for c in counts.values())}})
+    """)
+    assert out["device"] == "neuron"
+    assert out["tokens"] == hf_greedy(models[name], PROMPTS)
+    assert out["ops"] > 0  # the counts did see the generate's device ops
+    assert out["copy"] == {} and out["sync"] == {}
+
+
+def test_seeded_sampling_is_reproducible(models):
+    out = run_vllm(f"""
+        llm = engine({models["llama"]!r})
+        def sample(seed):
+            params = SamplingParams(max_tokens=16, temperature=1.0, top_p=0.9, top_k=50, seed=seed)
+            return tokens(llm.generate({PROMPTS!r}, params))
+        result({{"a": sample(7), "b": sample(7), "c": sample(8)}})
+    """)
+    assert out["a"] == out["b"]
+    assert out["a"] != out["c"]
+
+
+def test_prefix_cache_hit_gives_the_same_tokens(models):
+    shared = "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be"
+    prompts = [shared + " in want of a wife.", shared + " the question"]
+    out = run_vllm(f"""
+        llm = engine({models["llama"]!r}, enable_prefix_caching=True)
+        first = llm.generate([{prompts[0]!r}], greedy({NEW_TOKENS}))
+        second = llm.generate([{prompts[1]!r}], greedy({NEW_TOKENS}))
+        result({{"tokens": tokens(first) + tokens(second), "cached": second[0].num_cached_tokens}})
+    """)
+    assert out["cached"] >= 16  # at least one whole 16-token block of the shared prefix
+    assert out["tokens"] == hf_greedy(models["llama"], prompts)
+
+
+def test_compiled_model_equals_hf_cpu(models):
+    """Without enforce_eager vLLM compiles the model once with Dynamo (backend "neuron", symbolic
+    token count); attention stays vLLM's custom op."""
+    out = run_vllm(f"""
+        llm = engine({models["llama"]!r}, enforce_eager=False)
+        config = llm.llm_engine.vllm_config.compilation_config
+        outputs = llm.generate({PROMPTS!r}, greedy({NEW_TOKENS}))
+        result({{"tokens": tokens(outputs), "backend": config.backend, "mode": int(config.mode),
+                 "programs": torch_neuronx.compile_stats()["programs"]}})
+    """)
+    assert out["backend"] == "neuron" and out["mode"] == 2  # CompilationMode.DYNAMO_TRACE_ONCE
+    assert out["programs"] > 0
+    assert out["tokens"] == hf_greedy(models["llama"], PROMPTS)
+
+
+def test_tensor_parallel_2_equals_hf_cpu(models):
+    out = run_vllm(f"""
+        if __name__ == "__main__":
+            llm = engine({models["llama"]!r}, tensor_parallel_size=2)
+            result({{"tokens": tokens(llm.generate({PROMPTS!r}, greedy({NEW_TOKENS}))),
+                     "backend": llm.llm_engine.vllm_config.parallel_config.distributed_executor_backend}})
+    """, timeout=400)
+    assert out["backend"] == "mp"
+    assert out["tokens"] == hf_greedy(models["llama"], PROMPTS)
+
+
+def test_default_kv_cache_is_bounded_by_free_host_memory(models):
+    """The software NeuronCore's memory is host RAM: sized by gpu_memory_utilization alone (0.9 of
+    a 24 GiB device), the KV cache would take more than this host has. Here the host reports 2 GiB
+    free: the cache gets half of it."""
+    out = run_vllm(f"""
+        from unittest import mock
+        import psutil
+        host = psutil.virtual_memory()._replace(total=8 << 30, available=2 << 30)
+        with mock.patch("psutil.virtual_memory", return_value=host):
+            llm = engine({models["llama"]!r}, kv_cache_memory_bytes=None, gpu_memory_utilization=0.9)
+        cache = llm.llm_engine.vllm_config.cache_config
+        result({{"blocks": cache.num_gpu_blocks, "block_size": cache.block_size,
+                 "tokens": tokens(llm.generate(["the"], greedy(4)))}})
+    """, log=True)
+    layers, kv_heads, head_dim = 2, 2, 32
+    block_bytes = layers * 2 * out["block_size"] * kv_heads * head_dim * 4
+    bound = 1 << 30
+    assert 0.9 * bound <= out["blocks"] * block_bytes <= bound
+    assert "KV cache bounded by host memory: 2.0 GiB free on the host, 1.0 GiB for this worker" in out["log"]
+    assert out["tokens"] == hf_greedy(models["llama"], ["the"], 4)
+
+
+def test_bad_input_gives_clear_errors(models, tmp_path):
+    unsupported = tmp_path / "unsupported"
+    unsupported.mkdir()
+    for f in os.listdir(models["llama"]):
+        (unsupported / f).write_bytes(open(os.path.join(models["llama"], f), "rb").read())
+    config = json.loads((unsupported / "config.json").read_text())
+    config["architectures"] = ["NoSuchModelForCausalLM"]
+    (unsupported / "config.json").write_text(json.dumps(config))
+    out = run_vllm(f"""
+        errors = {{}}
+        for name, path, kwargs in [("missing", {str(tmp_path / "no-such-model")!r}, {{}}),
+                                   ("architecture", {str(unsupported)!r}, {{}}),
+                                   ("kv_cache", {models["llama"]!r}, {{"kv_cache_memory_bytes": 64 << 30}})]:
+            try:
+                engine(path, **kwargs)
+                errors[name] = None
+            except Exception as e:
+                errors[name] = type(e).__name__ + ": " + str(e)
+        llm = engine({models["llama"]!r})
+        try:
+            llm.generate(["word " * 200], greedy(4))
+        except Exception as e:
+            errors["too_long"] = type(e).__name__ + ": " + str(e)
+        errors["after"] = tokens(llm.generate(["the"], greedy(4)))
+        result(errors)
+    """)
+    assert "no-such-model" in out["missing"]
+    assert "NoSuchModelForCausalLM" in out["architecture"] and "not supported" in out["architecture"]
+    assert out["kv_cache"].startswith("OutOfMemoryError") and "neuron out of memory" in out["kv_cache"]
+    assert "maximum context length is 128" in out["too_long"]
+    assert out["after"] == hf_greedy(models["llama"], ["the"], 4)  # the engine still serves
+
+
+def _vllm_cli():
+    return os.path.join(os.path.dirname(sys.executable), "vllm")
+
+
+@pytest.fixture
+def server(models, tmp_path):
+    port = 18000 + os.getpid() % 2000
+    log = open(tmp_path / "serve.log", "w")
+    proc = subprocess.Popen(
+        [_vllm_cli(), "serve", models["llama"], "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+         "--max-model-len", "128", "--kv-cache-memory-bytes", str(32 << 20), "--enforce-eager", "--seed", "0"],
+        cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"},
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-5000:]
+            assert time.monotonic() < deadline, "vllm serve did not answer /health in 180 s"
+            try:
+                if httpx.get(base + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+        yield base
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+def test_vllm_serve_openai_api(server, models):
+    tokenizer = transformers.AutoTokenizer.from_pretrained(models["llama"])
+    client = httpx.Client(base_url=server, timeout=60)
+    model = client.get("/v1/models").json()["data"][0]["id"]
+    prompt = PROMPTS[2]
+    body = {"model": model, "prompt": prompt, "max_tokens": NEW_TOKENS, "temperature": 0, "min_tokens": NEW_TOKENS}
+
+    completion = client.post("/v1/completions", json=body).json()
+    expected = tokenizer.decode(hf_greedy(models["llama"], [prompt])[0])
+    assert completion["choices"][0]["text"] == expected
+    assert completion["usage"]["completion_tokens"] == NEW_TOKENS
+
+    chunks = []
+    with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                chunks.append(json.loads(line[6:])["choices"][0]["text"])
+    assert len(chunks) > 1 and "".join(chunks) == expected
+
+    messages = [{"role": "user", "content": "To be, or not to be"}]
+    chat = client.post("/v1/chat/completions", json={
+        "model": model, "messages": messages, "max_tokens": NEW_TOKENS, "min_tokens": NEW_TOKENS, "temperature": 0,
+    }).json()
+    templated = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert chat["choices"][0]["message"]["role"] == "assistant"
+    assert chat["choices"][0]["message"]["content"] == tokenizer.decode(hf_greedy(models["llama"], [templated])[0])
+
+    too_long = client.post("/v1/completions", json={**body, "prompt": "word " * 200})
+    assert too_long.status_code == 400 and "maximum context length" in too_long.text
+    assert client.post("/v1/completions", json=body).json()["choices"][0]["text"] == expected  # still serving

@@ -1,0 +1,191 @@
+"""Paged attention for vLLM in neuron ops: the KV cache in blocks, block tables per request,
+prefill (chunked, with cached prefixes) and decode, grouped-query attention, sliding windows.
+
+Each layer's KV tensor is vLLM's logical [blocks, kv_heads, block_size, 2 * head_size] stored in
+LBNHC order, so `kv.transpose(1, 2)` is a contiguous [blocks, block_size, kv_heads, 2 * head_size]:
+one token's keys and values are one row of a [blocks * block_size, kv_heads, 2 * head_size] view.
+"""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from vllm.v1.attention.backend import (
+    AttentionBackend,
+    AttentionImpl,
+    AttentionMetadataBuilder,
+    AttentionType,
+    CommonAttentionMetadata,
+)
+from vllm.v1.attention.backends.utils import split_decodes_and_prefills
+from vllm.v1.kv_cache_interface import KVCacheLayout
+
+
+class NeuronAttentionBackend(AttentionBackend):
+    forward_includes_kv_cache_update = False
+    supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float32, torch.bfloat16, torch.float16]
+    supported_kv_cache_dtypes: ClassVar[list[str]] = ["auto", "float32", "bfloat16", "float16"]
+
+    @staticmethod
+    def get_name() -> str:
+        return "CUSTOM"
+
+    @staticmethod
+    def get_impl_cls():
+        return NeuronAttentionImpl
+
+    @staticmethod
+    def get_builder_cls():
+        return NeuronAttentionMetadataBuilder
+
+    @classmethod
+    def supported_kv_cache_layouts(cls):
+        return (KVCacheLayout.LBNHC,)
+
+    @classmethod
+    def supports_sliding_window(cls) -> bool:
+        return True
+
+    @classmethod
+    def supports_attn_type(cls, attn_type: str) -> bool:
+        return attn_type == AttentionType.DECODER
+
+
+@dataclass
+class NeuronAttentionMetadata:
+    num_actual_tokens: int
+    # Requests [0, num_decodes) have one query token each (vLLM orders decodes first); they are
+    # attended to in one batch, up to the longest of their sequences.
+    num_decodes: int
+    max_decode_len: int
+    # The others, one by one: (first query token, query tokens, sequence length), host integers.
+    prefills: list[tuple[int, int, int]]
+    seq_lens: torch.Tensor  # [requests] on the device
+    block_table: torch.Tensor  # [requests, max blocks] on the device
+    slot_mapping: torch.Tensor  # [tokens] on the device, PAD_SLOT_ID (-1) for padding
+
+
+class NeuronAttentionMetadataBuilder(AttentionMetadataBuilder[NeuronAttentionMetadata]):
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self._init_reorder_batch_threshold(1)
+
+    def build(self, common_prefix_len, common_attn_metadata: CommonAttentionMetadata, fast_build=False):
+        meta = common_attn_metadata
+        num_decodes, _, _, _ = split_decodes_and_prefills(meta, decode_threshold=1)
+        # Host copies vLLM keeps beside the device ones: reading them never waits for the device.
+        starts = meta.query_start_loc_cpu[: meta.num_reqs + 1].tolist()
+        lengths = meta.seq_lens_cpu_upper_bound[: meta.num_reqs].tolist()
+        prefills = [(starts[r], starts[r + 1] - starts[r], lengths[r]) for r in range(num_decodes, meta.num_reqs)]
+        return NeuronAttentionMetadata(
+            num_actual_tokens=meta.num_actual_tokens,
+            num_decodes=num_decodes,
+            max_decode_len=max(lengths[:num_decodes], default=0),
+            prefills=[p for p in prefills if p[1] > 0],
+            seq_lens=meta.seq_lens,
+            block_table=meta.block_table_tensor,
+            slot_mapping=meta.slot_mapping,
+        )
+
+
+class NeuronAttentionImpl(AttentionImpl):
+    def __init__(
+        self,
+        num_heads,
+        head_size,
+        scale,
+        num_kv_heads,
+        alibi_slopes,
+        sliding_window,
+        kv_cache_dtype,
+        logits_soft_cap=None,
+        attn_type=AttentionType.DECODER,
+        kv_sharing_target_layer_name=None,
+        sinks=None,
+    ):
+        unsupported = {
+            "ALiBi": alibi_slopes is not None,
+            "logits soft-capping": bool(logits_soft_cap),
+            "attention sinks": sinks is not None,
+        }
+        for name, used in unsupported.items():
+            if used:
+                raise NotImplementedError(f"neuron: vLLM attention with {name} is not supported yet")
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.num_kv_heads = num_kv_heads
+        self.sliding_window = sliding_window  # None, or how many tokens a query sees, itself included
+        self.kv_cache_dtype = kv_cache_dtype
+        self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
+        self.attn_type = attn_type
+
+    def _tokens(self, kv_cache: torch.Tensor) -> torch.Tensor:
+        """[blocks * block_size, kv_heads, 2 * head_size]: row s is KV slot s."""
+        return kv_cache.transpose(1, 2).flatten(0, 1)
+
+    def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping) -> None:
+        n = slot_mapping.shape[0]
+        # Padding tokens (slot -1) go to slot 0: block 0 is vLLM's null block, never a request's.
+        slots = slot_mapping.clamp_min(0)
+        rows = torch.cat([key[:n], value[:n]], dim=-1).to(kv_cache.dtype)
+        self._tokens(kv_cache).index_copy_(0, slots, rows)
+
+    def _mask(self, query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
+        visible = key_pos <= query_pos
+        if self.sliding_window:
+            visible = visible & (key_pos > query_pos - self.sliding_window)
+        return visible
+
+    def _attend(self, q, k, v, mask) -> torch.Tensor:
+        """q [n, heads, q_len, d], k and v [n, kv_heads, k_len, d], mask [n, 1, q_len, k_len]."""
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=self.num_heads != self.num_kv_heads
+        )
+
+    def _gather(self, kv_cache, blocks) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values of `blocks` ([n, b]) as [n, kv_heads, b * block_size, d]."""
+        rows = kv_cache.transpose(1, 2)[blocks.long()]  # [n, b, block_size, kv_heads, 2d]
+        rows = rows.flatten(1, 2).transpose(1, 2)
+        return rows[..., : self.head_size], rows[..., self.head_size :]
+
+    def forward(
+        self,
+        layer,
+        query,
+        key,
+        value,
+        kv_cache,
+        attn_metadata,
+        output,
+        output_scale=None,
+        output_block_scale=None,
+    ):
+        if output_scale is not None or output_block_scale is not None:
+            raise NotImplementedError("neuron: quantized attention output is not supported")
+        if attn_metadata is None:  # vLLM's memory-profiling run
+            return output.fill_(0)
+        meta = attn_metadata
+        block_size = kv_cache.shape[2]
+        if output.shape[0] > meta.num_actual_tokens:  # a compiled step's padding tokens
+            output[meta.num_actual_tokens :].zero_()
+        if meta.num_decodes:
+            n = meta.num_decodes
+            blocks = meta.block_table[:n, : -(-meta.max_decode_len // block_size)]
+            k, v = self._gather(kv_cache, blocks)
+            key_pos = torch.arange(k.shape[2], device=query.device)
+            query_pos = meta.seq_lens[:n, None] - 1
+            mask = self._mask(query_pos, key_pos)[:, None, None, :]
+            out = self._attend(query[:n, :, None, :], k, v, mask)
+            output[:n] = out.squeeze(2).to(output.dtype)
+        for request, (start, q_len, seq_len) in enumerate(meta.prefills, start=meta.num_decodes):
+            blocks = meta.block_table[request : request + 1, : -(-seq_len // block_size)]
+            k, v = self._gather(kv_cache, blocks)
+            k, v = k[:, :, :seq_len], v[:, :, :seq_len]
+            key_pos = torch.arange(seq_len, device=query.device)
+            query_pos = torch.arange(seq_len - q_len, seq_len, device=query.device)[:, None]
+            mask = self._mask(query_pos, key_pos)[None, None]
+            q = query[start : start + q_len].transpose(0, 1)[None]
+            output[start : start + q_len] = self._attend(q, k, v, mask)[0].transpose(0, 1).to(output.dtype)
+        return output

@@ -1,0 +1,123 @@
+"""vLLM's Platform for the neuron device.
+
+vLLM forwards any attribute a Platform lacks to `torch.<device_type>`, so `empty_cache`,
+`synchronize`, `mem_get_info`, `Event` and the like resolve to `torch.neuron` without code here;
+what is below is what vLLM's base class leaves abstract or decides for CUDA.
+"""
+
+import os
+
+import torch
+from vllm.logger import init_logger
+from vllm.platforms.interface import Platform, PlatformEnum
+
+# Under "vllm.": vLLM configures its log handlers for that namespace only.
+logger = init_logger("vllm." + __name__)
+
+_PACKAGE = __name__.rpartition(".")[0]
+
+
+class NeuronPlatform(Platform):
+    _enum = PlatformEnum.OOT
+    device_name = "neuron"  # process groups put their tensors on torch.device(f"neuron:{i}")
+    device_type = "neuron"
+    dispatch_key = "PrivateUse1"  # vLLM registers its custom ops (torch.ops.vllm.*) for this key
+    dist_backend = "neuron"  # ProcessGroupNeuron
+    device_control_env_var = "NEURON_RT_VISIBLE_CORES"
+    simple_compile_backend = "neuron"
+    supported_quantization: list[str] = []
+
+    @classmethod
+    def import_kernels(cls) -> None:
+        """vLLM's compiled kernels (vllm._C) are CUDA builds; the neuron path uses none of them."""
+
+    @classmethod
+    def get_device_name(cls, device_id: int = 0) -> str:
+        return torch.neuron.get_device_name(device_id)
+
+    @classmethod
+    def get_device_uuid(cls, device_id: int = 0) -> str:
+        return f"neuron-{os.getpid()}-{device_id}"
+
+    @classmethod
+    def get_device_total_memory(cls, device_id: int = 0) -> int:
+        return torch.neuron.mem_get_info(device_id)[1]
+
+    @classmethod
+    def set_device(cls, device: torch.device) -> None:
+        torch.neuron.set_device(device)
+
+    @classmethod
+    def manual_seed_all(cls, seed: int) -> None:
+        torch.neuron.manual_seed_all(seed)
+
+    @classmethod
+    def check_if_supports_dtype(cls, dtype: torch.dtype) -> None:
+        if dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            raise ValueError(f"neuron: vLLM models run in float32, bfloat16 or float16, not {dtype}")
+
+    @classmethod
+    def num_compute_units(cls, device_id: int = 0) -> int:
+        return 1  # one NeuronCore per device
+
+    @classmethod
+    def get_current_memory_usage(cls, device: torch.types.Device | None = None) -> float:
+        torch.neuron.reset_peak_memory_stats(device)
+        return torch.neuron.max_memory_allocated(device)
+
+    @classmethod
+    def is_pin_memory_available(cls) -> bool:
+        return True
+
+    @classmethod
+    def opaque_attention_op(cls) -> bool:
+        # Attention reaches Dynamo as vLLM's custom op: traced into, its per-step metadata (block
+        # tables, decode/prefill split) would be baked into a graph that vLLM runs with its guards
+        # dropped.
+        return True
+
+    @classmethod
+    def check_runner_kv_caches_multi_layer(cls) -> None:
+        """One KV tensor per layer is what the neuron attention backend reads."""
+
+    @classmethod
+    def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None) -> str:
+        if attn_selector_config.use_mla or attn_selector_config.use_sparse:
+            raise NotImplementedError("neuron: vLLM's MLA and sparse attention have no neuron backend yet")
+        if selected_backend is not None and selected_backend.name not in ("CUSTOM", "TORCH_SDPA"):
+            logger.warning("neuron: attention backend %s is CUDA's; using the neuron backend", selected_backend.name)
+        return f"{_PACKAGE}.attention.NeuronAttentionBackend"
+
+    @classmethod
+    def check_and_update_config(cls, vllm_config) -> None:
+        from vllm.config import CompilationMode, CUDAGraphMode
+
+        if vllm_config.speculative_config is not None:
+            raise NotImplementedError("neuron: vLLM's speculative decoding is not supported yet (Triton kernels)")
+        if vllm_config.lora_config is not None:
+            raise NotImplementedError("neuron: vLLM's LoRA adapters are not supported yet (Triton kernels)")
+        parallel = vllm_config.parallel_config
+        if parallel.worker_cls == "auto":
+            parallel.worker_cls = f"{_PACKAGE}.worker.NeuronWorker"
+        compilation = vllm_config.compilation_config
+        if compilation.mode not in (CompilationMode.NONE, CompilationMode.DYNAMO_TRACE_ONCE):
+            # vLLM's own compile mode splits graphs for CUDA graphs and runs Inductor's Triton
+            # passes; on neuron the model compiles once with backend "neuron" and symbolic shapes.
+            compilation.mode = CompilationMode.DYNAMO_TRACE_ONCE
+        if compilation.mode == CompilationMode.DYNAMO_TRACE_ONCE:
+            if compilation.backend in ("", "inductor"):
+                compilation.backend = "neuron"
+            # vLLM's ahead-of-time compile serialises the backend's callable; the neuron backend's
+            # programs are cached on disk by their own key instead (TORCH_NEURONX_CACHE_DIR).
+            os.environ["VLLM_USE_AOT_COMPILE"] = "0"
+        compilation.cudagraph_mode = CUDAGraphMode.NONE
+        compilation.cudagraph_capture_sizes = []
+        cache = vllm_config.cache_config
+        if cache is not None and not cache.user_specified_block_size:
+            cache.block_size = 16
+        # Asynchronous scheduling overlaps steps with CUDA streams and events the runner creates
+        # as torch.cuda objects; the neuron queue already runs a step's ops asynchronously.
+        vllm_config.scheduler_config.async_scheduling = False
+        # The engine's process touches the device before it starts workers, and a forked child
+        # cannot re-initialise a runtime its parent started.
+        os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
