@@ -148,6 +148,19 @@ def test_prefix_cache_hit_gives_the_same_tokens(models):
     assert out["tokens"] == hf_greedy(models["llama"], prompts)
 
 
+def test_chunked_prefill_equals_hf_cpu(models):
+    """A step takes at most 16 tokens: the longer prompts prefill over several steps, beside the
+    other requests' decodes."""
+    prompts = PROMPTS + [demo.TEXT[:300]]
+    out = run_vllm(f"""
+        llm = engine({models["qwen2"]!r}, max_num_batched_tokens=16, max_num_seqs=4, enable_chunked_prefill=True)
+        result({{"tokens": tokens(llm.generate({prompts!r}, greedy({NEW_TOKENS}))),
+                 "chunked": llm.llm_engine.vllm_config.scheduler_config.enable_chunked_prefill}})
+    """)
+    assert out["chunked"]
+    assert out["tokens"] == hf_greedy(models["qwen2"], prompts)
+
+
 def test_compiled_model_equals_hf_cpu(models):
     """Without enforce_eager vLLM compiles the model once with Dynamo (backend "neuron", symbolic
     token count); attention stays vLLM's custom op."""

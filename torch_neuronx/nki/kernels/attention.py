@@ -78,10 +78,13 @@ def _query_tiles(q, out, lse, b, h, k_all, v_all, seq_q, seq_k, d, causal, scale
             nisa.nc_matmul(dst=s_ps[0:pq, 0:pk], stationary=q_t[0:d, 0:pq], moving=k_t[0:d])
             s = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
             nisa.tensor_scalar(dst=s[0:pq, 0:pk], data=s_ps[0:pq, 0:pk], op0=nl.multiply, operand0=scale)
-            if causal and k0 + pk > q0:  # keys past a query are masked: keep (q0 + i) - (k0 + j) >= 0
-                nisa.affine_select(dst=s[0:pq, 0:pk], pattern=[[-1, pk]], channel_multiplier=1,
-                                   on_true_tile=s[0:pq, 0:pk], on_false_value=_NEG,
-                                   cmp_op=nl.greater_equal, offset=q0 - k0)
+            if causal and k0 + pk > q0:
+                # Keys past a query are masked: keep (q0 + i) - (k0 + j) >= 0. Only the columns
+                # from key q0 on can hold one, the diagonal block.
+                c0 = max(0, q0 - k0)
+                nisa.affine_select(dst=s[0:pq, c0:pk], pattern=[[-1, pk - c0]], channel_multiplier=1,
+                                   on_true_tile=s[0:pq, c0:pk], on_false_value=_NEG,
+                                   cmp_op=nl.greater_equal, offset=q0 - k0 - c0)
             m_new = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
             nisa.tensor_reduce(dst=m_new[0:pq], op=nl.maximum, data=s[0:pq, 0:pk], axis=1)
             nisa.tensor_tensor(dst=m_new[0:pq], data1=m_new[0:pq], data2=m[0:pq], op=nl.maximum)
