@@ -318,3 +318,13 @@ def test_inductors_vector_isa_probes_are_kept_for_the_next_process(tmp_path):
     shutil.rmtree(os.path.join(cache, [d for d in os.listdir(cache) if d != "probes"][0]))  # programs gone
     env = {"TORCH_NEURONX_CACHE_DIR": cache, "MODE": "none", "NO_PROBES": "1"}
     assert _artifacts(env) == "0 1"  # compiled again, without probing
+
+
+def test_programs_specialized_from_a_symbolic_graph_are_warm_in_a_second_process(tmp_path):
+    """Lengths 3, 4, 5: a static graph, then one symbolic graph whose static programs are compiled
+    from fake inputs with a shape environment — what Inductor's FX-graph cache needs to serve them."""
+    env = {"TORCH_NEURONX_CACHE_DIR": str(tmp_path), "SHAPES": "3,4,5"}
+    first, _ = _compile(env)
+    assert first == "0 3"
+    second, _ = _compile(env)
+    assert second == "3 0"

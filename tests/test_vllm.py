@@ -217,11 +217,16 @@ def test_bad_input_gives_clear_errors(models, tmp_path):
     config = json.loads((unsupported / "config.json").read_text())
     config["architectures"] = ["NoSuchModelForCausalLM"]
     (unsupported / "config.json").write_text(json.dumps(config))
+    mamba = str(tmp_path / "mamba")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(models["llama"])
+    _save(mamba, transformers.MambaConfig(vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2,
+                                          state_size=8), tokenizer)
     out = run_vllm(f"""
         errors = {{}}
         for name, path, kwargs in [("missing", {str(tmp_path / "no-such-model")!r}, {{}}),
                                    ("architecture", {str(unsupported)!r}, {{}}),
-                                   ("kv_cache", {models["llama"]!r}, {{"kv_cache_memory_bytes": 64 << 30}})]:
+                                   ("kv_cache", {models["llama"]!r}, {{"kv_cache_memory_bytes": 64 << 30}}),
+                                   ("mamba", {mamba!r}, {{}})]:
             try:
                 engine(path, **kwargs)
                 errors[name] = None
@@ -238,6 +243,7 @@ def test_bad_input_gives_clear_errors(models, tmp_path):
     assert "no-such-model" in out["missing"]
     assert "NoSuchModelForCausalLM" in out["architecture"] and "not supported" in out["architecture"]
     assert out["kv_cache"].startswith("OutOfMemoryError") and "neuron out of memory" in out["kv_cache"]
+    assert "Mamba and hybrid models are not supported" in out["mamba"]
     assert "maximum context length is 128" in out["too_long"]
     assert out["after"] == hf_greedy(models["llama"], ["the"], 4)  # the engine still serves
 

@@ -83,8 +83,8 @@ class PerShape:
         return program.fn(*args)
 
     def _specialize(self, args) -> _Program:
-        if not self.value_only:
-            return _Program(self.compile_fn(self.gm, list(args)), [], {})
+        # Fake inputs with a shape environment even where nothing stays symbolic: Inductor's FX-graph
+        # cache (what makes a second process warm) skips a graph compiled without one.
         import sympy
         from torch._dynamo.source import ConstantSource
         from torch._subclasses.fake_tensor import FakeTensorMode
@@ -101,6 +101,8 @@ class PerShape:
                 a = mode.from_tensor(a, static_shapes=True)
             inputs.append(a)
         fn = self.compile_fn(self.gm, inputs)
+        if not own:
+            return _Program(fn, [], {})
         # AOTAutograd makes the other integer inputs symbols too, named as these are: sym_<input index>.
         symbols = dict(own)
         for sym, sources in env.var_to_sources.items():

@@ -1,5 +1,7 @@
 """vLLM's GPU model runner on a neuron device: its CUDA streams and events become neuron ones and
-its two Triton kernels (token-to-KV-slot mapping, zeroing freed KV blocks) become device ops."""
+its Triton kernel mapping tokens to KV-cache slots becomes device ops. (vLLM's other Triton kernel
+here, zeroing freed KV blocks, serves Mamba layers and mixed-precision caches, which the neuron
+attention backend does not take.)"""
 
 import dataclasses
 from contextlib import contextmanager
@@ -83,18 +85,3 @@ class NeuronModelRunner(GPUModelRunner):
             padded = min(1 << max(batch.num_tokens - 1, 0).bit_length(), max(self.max_num_tokens, batch.num_tokens))
             batch = dataclasses.replace(batch, num_tokens=padded)
         return (mode, batch, *rest)
-
-    def _zero_block_ids(self, block_ids) -> None:
-        """Blocks handed to a new request start from zeros (vLLM does this for KV layouts whose
-        stale values could leak into a masked sum)."""
-        if not block_ids:
-            return
-        index = torch.tensor(block_ids, dtype=torch.long).to(self.device, non_blocking=True)
-        for kv in {id(t): t for t in self._kv_cache_tensors()}.values():
-            kv.index_fill_(0, index, 0)
-
-    def _kv_cache_tensors(self):
-        for context in self.compilation_config.static_forward_context.values():
-            kv = getattr(context, "kv_cache", None)
-            if isinstance(kv, torch.Tensor) and kv.device.type == "neuron":
-                yield kv

@@ -94,6 +94,9 @@ class NeuronPlatform(Platform):
 
         if vllm_config.speculative_config is not None:
             raise NotImplementedError("neuron: vLLM's speculative decoding is not supported yet (Triton kernels)")
+        model = vllm_config.model_config
+        if model is not None and (model.is_hybrid or model.is_attention_free or model.has_inner_state):
+            raise NotImplementedError("neuron: vLLM's Mamba and hybrid models are not supported yet (Triton kernels)")
         if vllm_config.lora_config is not None:
             raise NotImplementedError("neuron: vLLM's LoRA adapters are not supported yet (Triton kernels)")
         parallel = vllm_config.parallel_config
