@@ -209,6 +209,23 @@ def test_default_kv_cache_is_bounded_by_free_host_memory(models):
     assert out["tokens"] == hf_greedy(models["llama"], ["the"], 4)
 
 
+def test_kv_cache_within_free_host_memory_is_sized_by_the_device(models):
+    """Where half the host's free memory exceeds what gpu_memory_utilization gives, vLLM's own
+    sizing stands: 0.001 of the 24 GiB device, less the model, is about 24 MiB."""
+    out = run_vllm(f"""
+        from unittest import mock
+        import psutil
+        host = psutil.virtual_memory()._replace(total=256 << 30, available=200 << 30)
+        with mock.patch("psutil.virtual_memory", return_value=host):
+            llm = engine({models["llama"]!r}, kv_cache_memory_bytes=None, gpu_memory_utilization=0.001)
+        cache = llm.llm_engine.vllm_config.cache_config
+        result({{"blocks": cache.num_gpu_blocks, "block_size": cache.block_size}})
+    """, log=True)
+    block_bytes = 2 * 2 * out["block_size"] * 2 * 32 * 4
+    assert 16 << 20 <= out["blocks"] * block_bytes <= 0.001 * (24 << 30)
+    assert "KV cache bounded by host memory" not in out["log"]
+
+
 def test_bad_input_gives_clear_errors(models, tmp_path):
     unsupported = tmp_path / "unsupported"
     unsupported.mkdir()

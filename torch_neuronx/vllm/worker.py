@@ -54,18 +54,19 @@ class NeuronWorker(gpu_worker.Worker):
         host = psutil.virtual_memory()
         workers = max(1, self.parallel_config.local_world_size)
         host_bytes = int(host.available * HOST_SHARE / workers)
-        if host_bytes < device_bytes:
-            logger.info(
-                "neuron: KV cache bounded by host memory: %s GiB free on the host, %s GiB for this "
-                "worker's KV cache (%.0f%% of it over %d local workers; the device alone would allow %s GiB)",
-                format_gib(host.available),
-                format_gib(host_bytes),
-                HOST_SHARE * 100,
-                workers,
-                format_gib(device_bytes),
-            )
-            self.available_kv_cache_memory_bytes = host_bytes
-        return self.available_kv_cache_memory_bytes
+        if host_bytes >= device_bytes:
+            return device_bytes
+        logger.info(
+            "neuron: KV cache bounded by host memory: %s GiB free on the host, %s GiB for this "
+            "worker's KV cache (%.0f%% of it over %d local workers; the device alone would allow %s GiB)",
+            format_gib(host.available),
+            format_gib(host_bytes),
+            HOST_SHARE * 100,
+            workers,
+            format_gib(device_bytes),
+        )
+        self.available_kv_cache_memory_bytes = host_bytes
+        return host_bytes
 
     def compile_or_warm_up_model(self):
         # vLLM's kernel warm-up compiles Triton kernels and imports torchvision-based models'
