@@ -5,6 +5,7 @@ here from configs."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -234,6 +235,11 @@ def test_bad_input_gives_clear_errors(models, tmp_path):
     config = json.loads((unsupported / "config.json").read_text())
     config["architectures"] = ["NoSuchModelForCausalLM"]
     (unsupported / "config.json").write_text(json.dumps(config))
+    quantized = tmp_path / "quantized"
+    shutil.copytree(models["llama"], quantized)
+    config = json.loads((quantized / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+    (quantized / "config.json").write_text(json.dumps(config))
     mamba = str(tmp_path / "mamba")
     tokenizer = transformers.AutoTokenizer.from_pretrained(models["llama"])
     _save(mamba, transformers.MambaConfig(vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2,
@@ -243,7 +249,8 @@ def test_bad_input_gives_clear_errors(models, tmp_path):
         for name, path, kwargs in [("missing", {str(tmp_path / "no-such-model")!r}, {{}}),
                                    ("architecture", {str(unsupported)!r}, {{}}),
                                    ("kv_cache", {models["llama"]!r}, {{"kv_cache_memory_bytes": 64 << 30}}),
-                                   ("mamba", {mamba!r}, {{}})]:
+                                   ("mamba", {mamba!r}, {{}}),
+                                   ("quantized", {str(quantized)!r}, {{"dtype": "bfloat16"}})]:
             try:
                 engine(path, **kwargs)
                 errors[name] = None
@@ -261,6 +268,7 @@ def test_bad_input_gives_clear_errors(models, tmp_path):
     assert "NoSuchModelForCausalLM" in out["architecture"] and "not supported" in out["architecture"]
     assert out["kv_cache"].startswith("OutOfMemoryError") and "neuron out of memory" in out["kv_cache"]
     assert "Mamba and hybrid models are not supported" in out["mamba"]
+    assert "fp8 quantization is not supported" in out["quantized"]
     assert "maximum context length is 128" in out["too_long"]
     assert out["after"] == hf_greedy(models["llama"], ["the"], 4)  # the engine still serves
 

@@ -6,7 +6,7 @@ LBNHC order, so `kv.transpose(1, 2)` is a contiguous [blocks, block_size, kv_hea
 one token's keys and values are one row of a [blocks * block_size, kv_heads, 2 * head_size] view.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -54,16 +54,20 @@ class NeuronAttentionBackend(AttentionBackend):
 
 @dataclass
 class NeuronAttentionMetadata:
+    """One step's batch, shared by every layer: what does not depend on a layer is computed once."""
+
     num_actual_tokens: int
     # Requests [0, num_decodes) have one query token each (vLLM orders decodes first); they are
-    # attended to in one batch, up to the longest of their sequences.
+    # attended to in one batch over as many blocks as the longest needs: their block numbers and
+    # each one's query position.
     num_decodes: int
-    max_decode_len: int
-    # The others, one by one: (first query token, query tokens, sequence length), host integers.
-    prefills: list[tuple[int, int, int]]
-    seq_lens: torch.Tensor  # [requests] on the device
-    block_table: torch.Tensor  # [requests, max blocks] on the device
-    slot_mapping: torch.Tensor  # [tokens] on the device, PAD_SLOT_ID (-1) for padding
+    decode_blocks: torch.Tensor | None  # [decodes, blocks], int64, on the device
+    decode_positions: torch.Tensor | None  # [decodes, 1] on the device
+    # The others, one by one: (first query token, query tokens, sequence length, its blocks [1, b]).
+    prefills: list[tuple[int, int, int, torch.Tensor]]
+    # The attention masks (decodes first, then each prefill's) by sliding window, made by the first
+    # layer with that window and reused by the others.
+    masks: dict = field(default_factory=dict)
 
 
 class NeuronAttentionMetadataBuilder(AttentionMetadataBuilder[NeuronAttentionMetadata]):
@@ -73,19 +77,24 @@ class NeuronAttentionMetadataBuilder(AttentionMetadataBuilder[NeuronAttentionMet
 
     def build(self, common_prefix_len, common_attn_metadata: CommonAttentionMetadata, fast_build=False):
         meta = common_attn_metadata
-        num_decodes, _, _, _ = split_decodes_and_prefills(meta, decode_threshold=1)
+        block_size = self.kv_cache_spec.block_size
+        table = meta.block_table_tensor
+        n, _, _, _ = split_decodes_and_prefills(meta, decode_threshold=1)
         # Host copies vLLM keeps beside the device ones: reading them never waits for the device.
         starts = meta.query_start_loc_cpu[: meta.num_reqs + 1].tolist()
         lengths = meta.seq_lens_cpu_upper_bound[: meta.num_reqs].tolist()
-        prefills = [(starts[r], starts[r + 1] - starts[r], lengths[r]) for r in range(num_decodes, meta.num_reqs)]
+        decode_blocks = -(-max(lengths[:n], default=0) // block_size)
+        prefills = [
+            (starts[r], starts[r + 1] - starts[r], lengths[r], table[r : r + 1, : -(-lengths[r] // block_size)].long())
+            for r in range(n, meta.num_reqs)
+            if starts[r + 1] > starts[r]
+        ]
         return NeuronAttentionMetadata(
             num_actual_tokens=meta.num_actual_tokens,
-            num_decodes=num_decodes,
-            max_decode_len=max(lengths[:num_decodes], default=0),
-            prefills=[p for p in prefills if p[1] > 0],
-            seq_lens=meta.seq_lens,
-            block_table=meta.block_table_tensor,
-            slot_mapping=meta.slot_mapping,
+            num_decodes=n,
+            decode_blocks=table[:n, :decode_blocks].long() if n else None,
+            decode_positions=meta.seq_lens[:n, None] - 1 if n else None,
+            prefills=prefills,
         )
 
 
@@ -117,9 +126,6 @@ class NeuronAttentionImpl(AttentionImpl):
         self.scale = float(scale)
         self.num_kv_heads = num_kv_heads
         self.sliding_window = sliding_window  # None, or how many tokens a query sees, itself included
-        self.kv_cache_dtype = kv_cache_dtype
-        self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
-        self.attn_type = attn_type
 
     def _tokens(self, kv_cache: torch.Tensor) -> torch.Tensor:
         """[blocks * block_size, kv_heads, 2 * head_size]: row s is KV slot s."""
@@ -138,6 +144,17 @@ class NeuronAttentionImpl(AttentionImpl):
             visible = visible & (key_pos > query_pos - self.sliding_window)
         return visible
 
+    def _masks(self, meta: NeuronAttentionMetadata, block_size: int) -> list[torch.Tensor]:
+        """The decodes' mask [decodes, 1, 1, keys], then each prefill's [1, 1, queries, keys]."""
+        out = []
+        if meta.num_decodes:
+            keys = torch.arange(meta.decode_blocks.shape[1] * block_size, device=meta.decode_blocks.device)
+            out.append(self._mask(meta.decode_positions, keys)[:, None, None, :])
+        for _, q_len, seq_len, blocks in meta.prefills:
+            keys = torch.arange(seq_len, device=blocks.device)
+            out.append(self._mask(keys[seq_len - q_len :, None], keys)[None, None])
+        return out
+
     def _attend(self, q, k, v, mask) -> torch.Tensor:
         """q [n, heads, q_len, d], k and v [n, kv_heads, k_len, d], mask [n, 1, q_len, k_len]."""
         return F.scaled_dot_product_attention(
@@ -145,8 +162,8 @@ class NeuronAttentionImpl(AttentionImpl):
         )
 
     def _gather(self, kv_cache, blocks) -> tuple[torch.Tensor, torch.Tensor]:
-        """The keys and values of `blocks` ([n, b]) as [n, kv_heads, b * block_size, d]."""
-        rows = kv_cache.transpose(1, 2)[blocks.long()]  # [n, b, block_size, kv_heads, 2d]
+        """The keys and values of `blocks` ([n, b], int64) as [n, kv_heads, b * block_size, d]."""
+        rows = kv_cache.transpose(1, 2)[blocks]  # [n, b, block_size, kv_heads, 2d]
         rows = rows.flatten(1, 2).transpose(1, 2)
         return rows[..., : self.head_size], rows[..., self.head_size :]
 
@@ -170,22 +187,17 @@ class NeuronAttentionImpl(AttentionImpl):
         block_size = kv_cache.shape[2]
         if output.shape[0] > meta.num_actual_tokens:  # a compiled step's padding tokens
             output[meta.num_actual_tokens :].zero_()
+        masks = meta.masks.get(self.sliding_window)
+        if masks is None:
+            masks = meta.masks[self.sliding_window] = self._masks(meta, block_size)
         if meta.num_decodes:
             n = meta.num_decodes
-            blocks = meta.block_table[:n, : -(-meta.max_decode_len // block_size)]
-            k, v = self._gather(kv_cache, blocks)
-            key_pos = torch.arange(k.shape[2], device=query.device)
-            query_pos = meta.seq_lens[:n, None] - 1
-            mask = self._mask(query_pos, key_pos)[:, None, None, :]
-            out = self._attend(query[:n, :, None, :], k, v, mask)
+            k, v = self._gather(kv_cache, meta.decode_blocks)
+            out = self._attend(query[:n, :, None, :], k, v, masks[0])
             output[:n] = out.squeeze(2).to(output.dtype)
-        for request, (start, q_len, seq_len) in enumerate(meta.prefills, start=meta.num_decodes):
-            blocks = meta.block_table[request : request + 1, : -(-seq_len // block_size)]
+        for (start, q_len, seq_len, blocks), mask in zip(meta.prefills, masks[1 if meta.num_decodes else 0 :]):
             k, v = self._gather(kv_cache, blocks)
             k, v = k[:, :, :seq_len], v[:, :, :seq_len]
-            key_pos = torch.arange(seq_len, device=query.device)
-            query_pos = torch.arange(seq_len - q_len, seq_len, device=query.device)[:, None]
-            mask = self._mask(query_pos, key_pos)[None, None]
             q = query[start : start + q_len].transpose(0, 1)[None]
             output[start : start + q_len] = self._attend(q, k, v, mask)[0].transpose(0, 1).to(output.dtype)
         return output

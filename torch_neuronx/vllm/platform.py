@@ -25,7 +25,6 @@ class NeuronPlatform(Platform):
     dist_backend = "neuron"  # ProcessGroupNeuron
     device_control_env_var = "NEURON_RT_VISIBLE_CORES"
     simple_compile_backend = "neuron"
-    supported_quantization: list[str] = []
 
     @classmethod
     def import_kernels(cls) -> None:
@@ -66,10 +65,6 @@ class NeuronPlatform(Platform):
         return torch.neuron.max_memory_allocated(device)
 
     @classmethod
-    def is_pin_memory_available(cls) -> bool:
-        return True
-
-    @classmethod
     def opaque_attention_op(cls) -> bool:
         # Attention reaches Dynamo as vLLM's custom op: traced into, its per-step metadata (block
         # tables, decode/prefill split) would be baked into a graph that vLLM runs with its guards
@@ -97,6 +92,8 @@ class NeuronPlatform(Platform):
         model = vllm_config.model_config
         if model is not None and (model.is_hybrid or model.is_attention_free or model.has_inner_state):
             raise NotImplementedError("neuron: vLLM's Mamba and hybrid models are not supported yet (Triton kernels)")
+        if model is not None and model.quantization is not None:
+            raise NotImplementedError(f"neuron: vLLM's {model.quantization} quantization is not supported yet")
         if vllm_config.lora_config is not None:
             raise NotImplementedError("neuron: vLLM's LoRA adapters are not supported yet (Triton kernels)")
         parallel = vllm_config.parallel_config
