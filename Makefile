@@ -56,56 +56,61 @@ lint: venv
 	$(VENV)/bin/clang-format --dry-run -Werror $$(git ls-files 'csrc/*.cpp' 'csrc/*.h' 'runtime/*.cpp' 'runtime/*.h')
 
 # pytest-randomly runs the tests in a new random order each time (the seed is printed first):
-# every test must pass alone and after any other; --randomly-seed=N replays an order.
+# every test must pass alone and after any other; --randomly-seed=N replays an order. The whole
+# suite runs and every failure is listed at the end (-rfE).
 test-python: install
 	@seed=$$(date +%s); echo "tests in random order: --randomly-seed=$$seed"; \
-	$(VENV)/bin/pytest tests -q -x -p no:cacheprovider -p randomly --randomly-seed=$$seed
+	$(VENV)/bin/pytest tests -q -rfE -p no:cacheprovider -p randomly --randomly-seed=$$seed
 
-test: lint test-runtime test-runtime-sanitizers test-python
+# Every part runs even when an earlier one fails, and the failed ones are named last.
+TEST_PARTS := lint test-runtime test-runtime-sanitizers test-python
+test:
+	@failed=; for part in $(TEST_PARTS); do $(MAKE) --no-print-directory $$part || failed="$$failed $$part"; done; \
+	if [ -n "$$failed" ]; then echo "make test: failed:$$failed"; exit 1; fi
 
 demo: install
-	$(PY) -P -m torch_neuronx.demo
+	$(PY) -m torch_neuronx.demo
 
 bench: install
-	$(PY) -P benchmarks/eager.py
-	$(PY) -P benchmarks/observer.py
+	$(PY) benchmarks/eager.py
+	$(PY) benchmarks/observer.py
 
 bench-e2e: install
-	$(PY) -P benchmarks/e2e.py
+	$(PY) benchmarks/e2e.py
 
 bench-compile: install
-	$(PY) -P benchmarks/compile.py
+	$(PY) benchmarks/compile.py
 
 bench-collectives: install
-	$(PY) -P benchmarks/collectives.py
+	$(PY) benchmarks/collectives.py
 
 bench-vllm: install
-	$(PY) -P benchmarks/vllm_serving.py
+	$(PY) benchmarks/vllm_serving.py
 
 bench-cost-model: install
-	$(PY) -P benchmarks/cost_model_vs_aws.py
+	$(PY) benchmarks/cost_model_vs_aws.py
 
 bench-nki: install
-	$(PY) -P benchmarks/nki.py
+	$(PY) benchmarks/nki.py
 
 # The whole OpInfo database on neuron against CPU (long; progress on stderr). Report in
 # conformance-report/; fails on a regression or a stale expected failure.
 conformance: install
-	$(PY) -P tests/conformance/harness.py --mode full --check --out conformance-report
+	$(PY) tests/conformance/harness.py --mode full --check --out conformance-report
 
 # Every transformers CausalLM architecture on neuron against CPU (long); report in
 # conformance-report/hf-matrix/. A sample of it runs in `make test`.
 hf-matrix: install
-	$(PY) -P tests/hf/matrix.py --out conformance-report/hf-matrix
+	$(PY) tests/hf/matrix.py --out conformance-report/hf-matrix
 
 # PyTorch's own device-generic suites (test_ops.py's TestCommon comparisons, test_modules.py's
 # TestModule) on neuron, run where they lie (never copied here) with the neuron test base
-# (torch_neuronx/testing). Long (about 26 minutes on 2 cores); fails on any failure or unexpected
+# (src/torch_neuronx/testing). Long (about 26 minutes on 2 cores); fails on any failure or unexpected
 # success. Figures in the README.
 UPSTREAM := ../shared/upstream-tests
-UPSTREAM_ENV = TORCH_TEST_DEVICES=$$($(abspath $(PY)) -P -c "import torch_neuronx.testing as t; print(t.TEST_BASE)") \
+UPSTREAM_ENV = TORCH_TEST_DEVICES=$$($(abspath $(PY)) -c "import torch_neuronx.testing as t; print(t.TEST_BASE)") \
 	PYTORCH_TESTING_DEVICE_ONLY_FOR=neuron
-UPSTREAM_PYTEST = $(abspath $(PY)) -P -m pytest -q -p no:cacheprovider -p no:randomly -rfE
+UPSTREAM_PYTEST = $(abspath $(PY)) -m pytest -q -p no:cacheprovider -p no:randomly -rfE
 upstream-tests: install
 	cd $(UPSTREAM) && $(UPSTREAM_ENV) $(UPSTREAM_PYTEST) test_ops.py \
 	  -k "TestCommon and (test_compare_cpu or test_noncontiguous or test_out)"

@@ -1,7 +1,7 @@
 """Bus bandwidth of the neuron process-group backend against gloo on CPU tensors, same machine,
 same run; a memcpy line is the ceiling (one process copying the same bytes).
 
-Run: `python -P benchmarks/collectives.py` (it starts itself under torchrun with 2 ranks).
+Run: `python benchmarks/collectives.py` (it starts itself under torchrun with 2 ranks).
 Target (issue #10): 64 MiB all_reduce >= 5x gloo and >= 0.5x memcpy bandwidth.
 
 Bus bandwidth follows nccl-tests: all_reduce moves 2(n-1)/n of the buffer per rank, all_gather
@@ -117,7 +117,7 @@ def worker():
 def main():
     if "RANK" in os.environ:
         return worker()
-    cmd = [sys.executable, "-P", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            os.path.abspath(__file__)]
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     sys.exit(subprocess.call(cmd, env=env))

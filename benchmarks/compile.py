@@ -108,7 +108,7 @@ def first_step_seconds(cache_dir):
     env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
     env["TORCH_NEURONX_CACHE_DIR"] = cache_dir
     code = FIRST_STEP.format(here=os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run([sys.executable, "-P", "-c", code], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     seconds, backend, hits = out.stdout.split()
     return float(seconds), float(backend), int(hits)
 
@@ -133,7 +133,7 @@ def twelve_lengths(automatic_dynamic):
 
 
 def _child(arguments) -> str:
-    out = subprocess.run([sys.executable, "-P", os.path.abspath(__file__), *arguments], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), *arguments], capture_output=True, text=True,
                          check=True).stdout
     return out.strip().splitlines()[-1]
 

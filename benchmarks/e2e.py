@@ -195,7 +195,7 @@ def main():
             continue
         r = {}
         for device in ("cpu", "neuron"):
-            cmd = [sys.executable, "-P", os.path.abspath(__file__), "--child", name, device, "--rounds",
+            cmd = [sys.executable, os.path.abspath(__file__), "--child", name, device, "--rounds",
                    str(args.rounds), "--iters", str(args.iters), "--size", args.size]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
             r[device] = json.loads(out.strip().splitlines()[-1])

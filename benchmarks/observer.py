@@ -27,7 +27,7 @@ print(best)
 
 def run(health: str, state_dir: str) -> float:
     env = dict(os.environ, TORCH_NEURONX_HEALTH=health, TORCH_NEURONX_STATE_DIR=state_dir)
-    out = subprocess.run([sys.executable, "-P", "-c", CHILD], capture_output=True, text=True, env=env, check=True)
+    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, check=True)
     return float(out.stdout.strip())
 
 

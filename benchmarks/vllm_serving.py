@@ -113,7 +113,7 @@ def main() -> None:
         build(path)
         results = {}
         for kind in ("hf", "vllm-eager", "vllm-compiled"):
-            proc = subprocess.run([sys.executable, "-P", __file__, "--worker", kind, "--model", path],
+            proc = subprocess.run([sys.executable, __file__, "--worker", kind, "--model", path],
                                   capture_output=True, text=True, timeout=1800)
             lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
             if proc.returncode != 0 or not lines:

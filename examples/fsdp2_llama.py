@@ -21,8 +21,8 @@ p.add_argument("--steps", type=int, default=20)
 p.add_argument("--nproc", type=int, default=2, help="processes to start when not run by torchrun")
 args = p.parse_args()
 
-if "RANK" not in os.environ:  # not under torchrun: become torchrun (-P: the cwd may hold a torch_neuronx/ source tree)
-    cmd = [sys.executable, "-P", "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
+if "RANK" not in os.environ:  # not under torchrun: become torchrun
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
            os.path.abspath(__file__), *sys.argv[1:]]
     sys.exit(subprocess.call(cmd, env=dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))))
 

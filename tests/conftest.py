@@ -36,13 +36,13 @@ def assert_same(neuron_out, cpu_out, **tol):
         assert neuron_out == cpu_out
 
 
-def run_python(code: str, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
+def run_python(code: str, env: dict | None = None, timeout: int = 120, cwd: str | None = None
+               ) -> subprocess.CompletedProcess:
     """Runs `code` in a fresh interpreter (for settings read once per process)."""
     full_env = dict(os.environ)
     full_env.update(env or {})
-    # -P: the repository root must not shadow the installed package (it has no built extension).
-    return subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, env=full_env,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env,
+                          timeout=timeout, cwd=cwd)
 
 
 @pytest.fixture(autouse=True)

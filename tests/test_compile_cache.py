@@ -1,4 +1,4 @@
-"""The compile cache (torch_neuronx/compile/cache.py): only neuron compiles use it, entries are whole
+"""The compile cache (src/torch_neuronx/compile/cache.py): only neuron compiles use it, entries are whole
 (written atomically, verified, evicted whole), and a cache that cannot be written, or is read-only,
 never fails a compile. Each process-level test runs in a fresh interpreter with the cache settings
 it names and none inherited."""

@@ -10,7 +10,7 @@ MATRIX = os.path.join(os.path.dirname(__file__), "hf", "matrix.py")
 
 
 def test_sampled_architectures_match_cpu_without_fallbacks(tmp_path):
-    r = subprocess.run([sys.executable, "-P", MATRIX, "--sample", "16", "--timeout", "300", "--out", str(tmp_path)],
+    r = subprocess.run([sys.executable, MATRIX, "--sample", "16", "--timeout", "300", "--out", str(tmp_path)],
                        capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     with open(tmp_path / "hf-matrix.json") as f:

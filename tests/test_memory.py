@@ -156,3 +156,32 @@ def test_the_host_cache_calls_of_torch_accelerator_work_on_neuron():
                    "torch.accelerator.empty_host_cache()\n"
                    "print(x.sum().item(), y.sum().item())\n")
     assert r.returncode == 0 and r.stdout.split() == ["4.0", "1000.0"], r.stderr[-2000:]
+
+
+def test_memory_viz_text_tools_read_a_neuron_snapshot_offline(tmp_path):
+    """The offline route the README gives: PyTorch's own text tools on a dumped neuron snapshot."""
+    import subprocess
+    import sys
+
+    torch.neuron.synchronize()
+    torch.neuron.memory._record_memory_history(max_entries=1000, clear_history=True)
+    try:
+        keep = torch.randn(4096, 4096, device=N)  # 64 MiB, live at the dump
+        gone = keep * 2
+        del gone  # 64 MiB, freed before the dump
+        torch.neuron.synchronize()
+        torch.neuron.memory._dump_snapshot(str(tmp_path / "snap.pickle"))
+    finally:
+        torch.neuron.memory._record_memory_history(enabled=None)
+
+    def viz(tool):
+        r = subprocess.run([sys.executable, "-m", "torch.cuda._memory_viz", tool, str(tmp_path / "snap.pickle")],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return r.stdout
+
+    stats = viz("stats")
+    assert "total_allocated:" in stats and "64.0MiB allocated, 0.0B free" in stats, stats
+    trace = viz("trace")
+    assert "Device 0" in trace and "del " in trace and "# free completed for" in trace and "64.0MiB" in trace, trace
+    del keep

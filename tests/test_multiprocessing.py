@@ -16,7 +16,7 @@ ctx = mp.get_context("spawn")
 def run_script(tmp_path, body: str, timeout: int = 180) -> list:
     script = tmp_path / "scenario.py"
     script.write_text(PRELUDE + textwrap.dedent(body))
-    r = subprocess.run([sys.executable, "-P", str(script)], capture_output=True, text=True, timeout=timeout,
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=timeout,
                        cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return r.stdout.strip().splitlines()

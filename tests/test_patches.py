@@ -1,4 +1,4 @@
-"""Each patch of torch_neuronx/_patches.py is in place, and what it patches upstream is still what
+"""Each patch of src/torch_neuronx/_patches.py is in place, and what it patches upstream is still what
 it was written against: a PyTorch upgrade that changes it fails here, naming the patch, instead of
 silently changing what neuron does. (The accelerate and optimizer patches have their guards beside
 their tests: test_hf_stack.py, test_distributed.py.)"""

@@ -92,11 +92,11 @@ def result(value):
 """
 
 
-def run_vllm(script: str, timeout: int = 300, log: bool = False, **env) -> dict:
+def run_vllm(script: str, timeout: int = 300, log: bool = False, cwd: str | None = None, **env) -> dict:
     """Runs PRELUDE + script in a fresh interpreter with vLLM's engine in that process; returns
     what the script passed to result() (and, with log=True, vLLM's INFO log as "log")."""
     env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "INFO" if log else "WARNING", **env}
-    proc = run_python(PRELUDE + textwrap.dedent(script), env=env, timeout=timeout)
+    proc = run_python(PRELUDE + textwrap.dedent(script), env=env, timeout=timeout, cwd=cwd)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -122,6 +122,18 @@ def test_greedy_batch_equals_hf_cpu(models, name):
     assert out["tokens"] == hf_greedy(models[name], PROMPTS)
     assert out["ops"] > 0  # the counts did see the generate's device ops
     assert out["copy"] == {} and out["sync"] == {}
+
+
+def test_engine_starts_from_the_repository_root_with_cold_caches(models, tmp_path):
+    """vLLM inspects each model class in a subprocess of its own (cached in VLLM_CACHE_ROOT): started
+    in the repository root with nothing cached, that subprocess must import the installed package."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = run_vllm(f"""
+        llm = engine({models["llama"]!r})
+        result({{"tokens": tokens(llm.generate({PROMPTS[:2]!r}, greedy({NEW_TOKENS})))}})
+    """, cwd=repo, VLLM_CACHE_ROOT=str(tmp_path / "vllm-cache"), TORCH_NEURONX_CACHE_DIR=str(tmp_path / "neuron-cache"))
+    assert out["tokens"] == hf_greedy(models["llama"], PROMPTS[:2])
+    assert os.listdir(tmp_path / "vllm-cache"), "vLLM cached nothing: the cold path did not run"
 
 
 def test_seeded_sampling_is_reproducible(models):

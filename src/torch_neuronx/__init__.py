@@ -17,13 +17,8 @@ def _autoload():
 
 import torch  # noqa: E402
 
-try:
-    from . import _C  # noqa: E402  (registers the device's kernels, allocator and hooks)
-except ImportError as e:  # pragma: no cover - a source checkout without a build
-    raise ImportError(
-        "torch_neuronx: the native extension is not built here. Install the package (`make install`) and "
-        "run Python with -P (or from another directory) so this source checkout does not shadow it."
-    ) from e
+from . import _C  # noqa: E402  (registers the device's kernels, allocator and hooks)
+
 
 def _sanitizing() -> bool:
     try:

@@ -19,7 +19,7 @@ Each (op, dtype) gets one status:
 and `fallback` says whether any CPU fallback (copy to host and back) was used.
 
 Runs as a parent that starts a worker process and restarts it after a crash, so one crashing
-op cannot end the run: `python -P tests/conformance/harness.py --mode ci|full --out DIR`.
+op cannot end the run: `python tests/conformance/harness.py --mode ci|full --out DIR`.
 """
 from __future__ import annotations
 
@@ -30,9 +30,7 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -P leaves the script's folder out
-
-import semantics  # noqa: E402
+import semantics
 
 DTYPES = ["float32", "bfloat16", "float16", "int64", "int32", "int8", "uint8", "bool"]
 CI_DTYPES = ["float32", "int64"]
@@ -396,7 +394,7 @@ def run(mode: str, progress: bool = True) -> list:
     env = dict(os.environ, TORCH_NEURONX_FALLBACK="silent", PYTHONWARNINGS="ignore")
     t0 = time.time()
     while start < n_ops:
-        proc = subprocess.Popen([sys.executable, "-P", os.path.abspath(__file__), "--worker",
+        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker",
                                  "--mode", mode, "--start", str(start)], stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True, env=env)
         current = None

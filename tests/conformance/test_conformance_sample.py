@@ -8,7 +8,7 @@ HARNESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "harness.py")
 
 
 def test_conformance_sample_matches_expected(tmp_path):
-    r = subprocess.run([sys.executable, "-P", HARNESS, "--mode", "ci", "--check", "--out", str(tmp_path)],
+    r = subprocess.run([sys.executable, HARNESS, "--mode", "ci", "--check", "--out", str(tmp_path)],
                        capture_output=True, text=True, timeout=1200)
     report = (tmp_path / "conformance.md").read_text() if (tmp_path / "conformance.md").exists() else ""
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]

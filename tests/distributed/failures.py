@@ -3,19 +3,17 @@ exits abruptly before an all_reduce (`--mode exit`, like a crash) or never calls
 sleep`); rank 0 calls it and writes `failure.json`: whether it raised, the message, how long it
 took, and whether the next collective raised at once (the group must stay failed, not hang again).
 
-`python -P failures.py --device {neuron,cpu} --out DIR --mode {exit,sleep}`, two ranks.
+`python failures.py --device {neuron,cpu} --out DIR --mode {exit,sleep}`, two ranks.
 """
 import json
 import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # `python -P` leaves the script's folder out
+import torch
+import torch.distributed as dist
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-
-import common  # noqa: E402
+import common
 
 GROUP_TIMEOUT_S = 5.0
 

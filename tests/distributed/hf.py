@@ -4,19 +4,16 @@ transformers loads a checkpoint tensor-parallel (`from_pretrained(distributed_co
 generates, and loads it again with `tp_plan="auto"` and trains it with the default AdamW. pytest
 saves the checkpoint first and compares the generation and the training with one process.
 
-`python -P hf.py --device {neuron,cpu} --out DIR --model-dir CHECKPOINT`, one per rank.
+`python hf.py --device {neuron,cpu} --out DIR --model-dir CHECKPOINT`, one per rank.
 """
 import math
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # `python -P` leaves the script's folder out
+import torch
 
-import torch  # noqa: E402
-
-import common  # noqa: E402
-import workloads as W  # noqa: E402
-from train import same_on_all_ranks  # noqa: E402
+import common
+import workloads as W
+from train import same_on_all_ranks
 
 TRAIN_STEPS = 3
 

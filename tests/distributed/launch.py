@@ -99,7 +99,7 @@ def shm_entries() -> set:
 
 def launch(script: str, nproc: int, args: list, out: str, timeout: float, env: dict | None = None,
            grace_s: float = 20.0) -> Launch:
-    """Runs `python -P script --out out *args` as ranks 0..nproc-1; never longer than `timeout` s."""
+    """Runs `python script --out out *args` as ranks 0..nproc-1; never longer than `timeout` s."""
     os.makedirs(out, exist_ok=True)
     shm_before = shm_entries()
     base = dict(os.environ)
@@ -107,8 +107,7 @@ def launch(script: str, nproc: int, args: list, out: str, timeout: float, env: d
                  "LOCAL_WORLD_SIZE": str(nproc), "GROUP_RANK": "0", "ROLE_WORLD_SIZE": str(nproc),
                  "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"})
     base.update(env or {})
-    # -P: the repository root (the cwd of a test run) has a torch_neuronx/ without its extension.
-    cmd = [sys.executable, "-P", os.path.abspath(script), "--out", os.path.abspath(out), *args]
+    cmd = [sys.executable, os.path.abspath(script), "--out", os.path.abspath(out), *args]
     procs, logs = [], []
     start = time.monotonic()
     pgid = None

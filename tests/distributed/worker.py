@@ -1,12 +1,8 @@
 """Runs scenario groups in one process group: `worker.py --suite collectives --suite dtensor ...`,
 started once per rank by launch.py (or torchrun). See common.py for what it records."""
 import importlib
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # `python -P` leaves the script's folder out
-
-import common  # noqa: E402
+import common
 
 SUITES = ("collectives", "dtensor", "train")
 

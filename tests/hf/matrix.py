@@ -21,7 +21,7 @@ over MAX_PARAMS after shrinking), crash (the worker died), timeout.
 A parent runs the architectures in a worker process and restarts it after a crash or a timeout, as
 tests/conformance/harness.py does for ops; DIR gets hf-matrix.md (the table), hf-matrix.json (all
 results, with each failure's Python location) and worker.log (the workers' stderr):
-  python -P tests/hf/matrix.py [--archs llama,gpt2] [--sample 12] [--timeout 300] [--out DIR]
+  python tests/hf/matrix.py [--archs llama,gpt2] [--sample 12] [--timeout 300] [--out DIR]
 """
 from __future__ import annotations
 
@@ -56,8 +56,6 @@ SAMPLE = ("llama", "qwen2", "mixtral", "gpt2", "gemma", "phi", "qwen3_moe", "dee
           "falcon", "bloom", "opt", "gpt_neox", "mamba", "jamba", "bert", "bart", "qwen3_next", "gemma3",
           "phi3", "olmoe", "granitemoe", "cohere", "starcoder2", "gptj", "llama4_text", "gpt_oss")
 
-# The tiny configs live beside this file (run as a script with -P, its folder is not on sys.path).
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tiny_configs import VOCAB, config_and_model_class, tiny_config  # noqa: E402
 
 
@@ -276,7 +274,7 @@ def _worker_results(archs: list, timeout: float, log: str):
     env = dict(os.environ, TORCH_NEURONX_FALLBACK="silent", PYTHONWARNINGS="ignore", HF_HUB_OFFLINE="1")
     with open(log, "a") as err:
         # Its own session: a timeout kills the worker and the compile workers it started.
-        worker = [sys.executable, "-P", os.path.abspath(__file__), "--worker", "--archs", ",".join(archs)]
+        worker = [sys.executable, os.path.abspath(__file__), "--worker", "--archs", ",".join(archs)]
         proc = subprocess.Popen(worker, stdout=subprocess.PIPE, stderr=err, env=env, start_new_session=True)
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
