@@ -18,11 +18,13 @@ sysdeps:
 	fi
 
 # vLLM's wheels declare CUDA-only dependencies: requirements-vllm.txt is it and the closure of
-# what it imports, exact pins, installed without the resolver.
-$(STAMP): requirements.txt requirements-vllm.txt
+# what it imports, exact pins, installed without the resolver; requirements-hta.txt likewise (HTA
+# declares jupyterlab, which it never imports).
+$(STAMP): requirements.txt requirements-vllm.txt requirements-hta.txt
 	python3 -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check -r requirements.txt
 	$(PIP) install -q --disable-pip-version-check --no-deps -r requirements-vllm.txt
+	$(PIP) install -q --disable-pip-version-check --no-deps -r requirements-hta.txt
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -39,7 +39,7 @@ def test_training_step_has_device_spans_lanes_flows_and_device_time(tmp_path):
     events = events_of(prof, tmp_path)
 
     kernels = [e for e in events if e.get("cat") == "kernel"]
-    assert {"aten::addmm", "aten::mm"} <= {k["name"].split(".")[0] for k in kernels}, kernels
+    assert {"aten_addmm_kernel", "aten_mm_kernel"} <= {k["name"] for k in kernels}, kernels
     # The lanes: a process "neuron:0", a thread per stream.
     processes = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("ph") == "M" and
@@ -55,11 +55,11 @@ def test_training_step_has_device_spans_lanes_flows_and_device_time(tmp_path):
     assert ends and all(e["id"] in starts and starts[e["id"]]["pid"] == os.getpid() for e in ends.values())
     ops = {e["args"]["External id"]: e for e in events if e.get("cat") == "cpu_op"}
     linked = [k for k in kernels if "External id" in k["args"]]
-    assert {"aten::addmm", "aten::mm"} <= {k["name"].split(".")[0] for k in linked}
+    assert {"aten_addmm_kernel", "aten_mm_kernel"} <= {k["name"] for k in linked}
     for k in linked:
         assert (k["pid"], k["tid"], k["ts"]) in ends
         op = ops[k["args"]["External id"]]
-        assert k["name"].startswith(op["name"]), (k["name"], op["name"])
+        assert k["name"].startswith(op["name"].replace("::", "_")), (k["name"], op["name"])
         assert op["ts"] <= k["ts"] + 1, "a kernel cannot start before the op that queued it"
 
     # key_averages: the host ops carry their kernels' device time.
@@ -81,8 +81,8 @@ def test_each_span_carries_the_cost_models_estimate_of_its_op(tmp_path, profile_
     mm = cost_model.estimate(torch.mm, meta[a], meta[b], profile=profile_name).total_us
     exp = cost_model.estimate(torch.exp, torch.empty(256, 384, dtype=torch.bfloat16, device="meta"),
                               profile=profile_name).total_us
-    assert kernels["aten::mm"]["args"][f"{profile_name} estimate us"] == pytest.approx(mm)
-    assert kernels["aten::exp"]["args"][f"{profile_name} estimate us"] == pytest.approx(exp)
+    assert kernels["aten_mm_kernel"]["args"][f"{profile_name} estimate us"] == pytest.approx(mm)
+    assert kernels["aten_exp_kernel"]["args"][f"{profile_name} estimate us"] == pytest.approx(exp)
 
 
 def test_a_side_stream_has_its_own_lane(tmp_path):
@@ -95,7 +95,7 @@ def test_a_side_stream_has_its_own_lane(tmp_path):
         z = x + 1
         torch.neuron.synchronize()
     kernels = {k["name"]: k for k in events_of(prof, tmp_path) if k.get("cat") == "kernel"}
-    assert kernels["aten::mul.Tensor"]["tid"] == s.stream_id != kernels["aten::add.Tensor"]["tid"]
+    assert kernels["aten_mul_Tensor_kernel"]["tid"] == s.stream_id != kernels["aten_add_Tensor_kernel"]["tid"]
     torch.testing.assert_close(y.cpu() + 1, z.cpu() + x.cpu())
 
 
@@ -124,7 +124,70 @@ def test_schedule_and_tensorboard_handler_record_only_the_active_steps(tmp_path)
     files = list(tmp_path.glob("*.pt.trace.json"))
     assert len(files) == 1, files
     events = json.loads(files[0].read_text())["traceEvents"]
-    assert len([e for e in events if e.get("cat") == "kernel" and e["name"] == "aten::mm"]) == 2
+    assert len([e for e in events if e.get("cat") == "kernel" and e["name"] == "aten_mm_kernel"]) == 2
+
+
+def test_every_span_of_a_scheduled_trace_links_to_its_host_op_and_is_priced(tmp_path):
+    # No synchronize between steps: the queue runs behind the host, so work queued in a warmup
+    # step is still running when the active steps begin. Each cycle's trace has the work its own
+    # steps queued, all of it (the profiler synchronizes as a cycle ends), each span linked.
+    x = torch.randn(96, 64, device=N)
+    w = torch.randn(64, 64, device=N)
+    active = 2
+    with profile(activities=ACTIVITIES, record_shapes=True,
+                 schedule=schedule(wait=1, warmup=1, active=active, repeat=2),
+                 on_trace_ready=tensorboard_trace_handler(str(tmp_path))) as prof:
+        for _ in range(9):
+            y = torch.cat([x @ w, x], dim=1).relu()
+            prof.step()
+    torch.neuron.synchronize()
+    files = sorted(tmp_path.glob("*.pt.trace.json"))
+    assert len(files) == 2, files
+    for f in files:
+        events = json.loads(f.read_text())["traceEvents"]
+        ops = {e["args"]["External id"]: e for e in events if e.get("cat") == "cpu_op"}
+        spans = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy")]
+        names = [k["name"] for k in spans]
+        for name in ("aten_mm_kernel", "aten_cat_out_kernel", "aten_relu_kernel"):
+            assert names.count(name) == active, names
+        for k in spans:
+            assert ops[k["args"]["External id"]]["name"].replace("::", "_") in k["name"], k
+            assert k["args"]["trn2 estimate us"] > 0 and k["args"]["trn3 estimate us"] > 0, k
+    cat = [k for k in spans if k["name"] == "aten_cat_out_kernel"][0]
+    meta = [torch.empty(96, 64, device="meta"), torch.empty(96, 64, device="meta")]
+    want = cost_model.estimate(torch.cat, meta, dim=1, profile="trn2").total_us
+    assert cat["args"]["trn2 estimate us"] == pytest.approx(want, rel=0.05)
+    torch.testing.assert_close(y.cpu(), torch.cat([x.cpu() @ w.cpu(), x.cpu()], dim=1).relu())
+
+
+def test_key_averages_keep_host_ops_and_kernels_apart_and_add_up_to_the_trace(tmp_path):
+    a = torch.randn(128, 256, device=N)
+    b = torch.randn(256, 64, device=N)
+    torch.neuron.synchronize()
+    with profile(activities=ACTIVITIES) as prof:
+        for _ in range(3):
+            c = torch.cat([a @ b, a[:, :64]]).sigmoid()
+        c.cpu()
+        torch.neuron.synchronize()
+    events = events_of(prof, tmp_path)
+    spans = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy")]
+    in_trace = sum(e["dur"] for e in spans)
+    rows = prof.key_averages()
+    device_rows = [r for r in rows if r.device_type == torch.autograd.DeviceType.PrivateUse1]
+    host_rows = [r for r in rows if r.device_type == torch.autograd.DeviceType.CPU]
+    # A kernel's name is never a host op's: one row each, not two rows of one name.
+    assert {r.key for r in device_rows} == {e["name"] for e in spans}
+    assert not {r.key for r in device_rows} & {r.key for r in host_rows}
+    assert {r.key: r.count for r in device_rows}["aten_mm_kernel"] == 3
+    # The kernels' rows add up to the device time in the trace, and so do the host ops' rows
+    # (each kernel is linked to one host op); PyTorch's table totals the kernels' rows only, as
+    # on CUDA, where summing both kinds of row counts each kernel twice.
+    assert sum(r.self_device_time_total for r in device_rows) == pytest.approx(in_trace, rel=1e-3)
+    assert sum(r.self_device_time_total for r in host_rows) == pytest.approx(in_trace, rel=1e-3)
+    mm = [r for r in host_rows if r.key == "aten::mm"][0]
+    kernel = [r for r in device_rows if r.key == "aten_mm_kernel"][0]
+    assert mm.self_device_time_total == pytest.approx(kernel.self_device_time_total)
+    assert "Memcpy DtoH" in {e["name"] for e in spans if e["cat"] == "gpu_memcpy"}
 
 
 def test_a_cpu_only_profile_records_no_device_spans(tmp_path):
@@ -134,7 +197,7 @@ def test_a_cpu_only_profile_records_no_device_spans(tmp_path):
         torch.neuron.synchronize()
     events = events_of(prof, tmp_path)
     assert any(e.get("cat") == "cpu_op" and e["name"] == "aten::mm" for e in events)
-    assert not [e for e in events if e.get("cat") in ("kernel", "ac2g", "privateuse1_runtime")]
+    assert not [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "ac2g", "cuda_runtime")]
 
 
 # ---- memory history ----
@@ -224,7 +287,7 @@ def test_an_nki_kernel_is_a_span_priced_by_its_own_model(tmp_path):
     with profile(activities=ACTIVITIES, record_shapes=True) as prof:
         kernels.rmsnorm(x, w)
         torch.neuron.synchronize()
-    spans = [k for k in events_of(prof, tmp_path) if k.get("cat") == "kernel" and k["name"] == "nki::rmsnorm"]
+    spans = [k for k in events_of(prof, tmp_path) if k.get("cat") == "kernel" and k["name"] == "nki_rmsnorm_kernel"]
     assert len(spans) == 1
     for p in ("trn2", "trn3"):
         want = nki.estimate(kernels.rmsnorm, profile=p)(x, w).latency_us

@@ -54,7 +54,12 @@ void queue_copy(const at::Tensor& dst, const at::Tensor& src, c10::DeviceIndex d
     if (memcpy_able(dst, src)) {
       runtime().copy_async(q, dst.data_ptr(), src.const_data_ptr(), dst.nbytes(), direction);
     } else {
-      q.submit("aten::copy_", [d = hold(dst), s = hold(src)] { d.view().copy_(s.view()); });
+      // Between host and device a transfer (a copy in the trace, as the memcpys are); on the
+      // device ATen's strided copy, a kernel as CUDA's is.
+      const char* name = direction == neuronrt::Runtime::kHostToDevice   ? "Memcpy HtoD (strided)"
+                         : direction == neuronrt::Runtime::kDeviceToHost ? "Memcpy DtoH (strided)"
+                                                                         : "aten::copy_";
+      q.submit(name, [d = hold(dst), s = hold(src)] { d.view().copy_(s.view()); });
     }
     if (wait) q.synchronize();
   });

@@ -2,9 +2,9 @@
 // PrivateUse1. While a trace records, the runtime keeps a span per task its queue workers run
 // (neuronrt/trace.h); at the end each span becomes a kernel (or memcpy) activity on a lane per
 // device and stream ("neuron:0" / "stream 7"), linked to the host op that queued it, with a
-// runtime activity on the host thread for the submit and a flow between the two — the shape a
-// CUDA trace has (cudaLaunchKernel -> kernel), so PyTorch fills device_time_total and the trace
-// viewers draw arrows.
+// runtime activity on the host thread for the submit and a flow between the two — the shape and
+// the names a CUDA trace has (cudaLaunchKernel -> kernel), so PyTorch fills device_time_total, the
+// trace viewers draw arrows, and trace tools (HTA, TensorBoard's plugin) read it as a CUDA trace.
 #include "core/device_tracer.h"
 
 #include <ATen/record_function.h>
@@ -13,6 +13,7 @@
 #include <output_base.h>
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -39,10 +40,13 @@ using libkineto::ActivityType;
 // only during its start callbacks); a traced submit notes the innermost one, once per op, and the
 // trace's spans are priced by their notes.
 struct OpInput {
-  enum Kind : uint8_t { kOther, kTensor, kBool, kInt, kDouble, kIntList } kind = kOther;
+  enum Kind : uint8_t { kOther, kTensor, kTensorList, kBool, kInt, kDouble, kIntList } kind = kOther;
   c10::ScalarType dtype = c10::ScalarType::Undefined;
   std::vector<int64_t> ints;  // a tensor's shape, an int list, or the int
   double number = 0;
+  // A tensor list's (aten::cat's inputs): each tensor's shape and dtype.
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<c10::ScalarType> dtypes;
 };
 struct OprEntry {
   const at::RecordFunction* fn = nullptr;
@@ -85,10 +89,18 @@ std::unique_ptr<at::ObserverContext> on_op_enter(const at::RecordFunction& fn) {
     OpInput& in = e.inputs[i];
     in.kind = OpInput::kOther;
     in.ints.clear();
+    in.shapes.clear();
+    in.dtypes.clear();
     if (v.isTensor() && v.toTensor().defined()) {
       in.kind = OpInput::kTensor;
       in.dtype = v.toTensor().scalar_type();
       in.ints.assign(v.toTensor().sizes().begin(), v.toTensor().sizes().end());
+    } else if (v.isTensorList()) {
+      in.kind = OpInput::kTensorList;
+      for (const at::Tensor& t : v.toTensorVector()) {
+        in.shapes.emplace_back(t.sizes().begin(), t.sizes().end());
+        in.dtypes.push_back(t.scalar_type());
+      }
     } else if (v.isBool()) {
       in.kind = OpInput::kBool;
       in.number = v.toBool();
@@ -111,7 +123,8 @@ void on_op_exit(const at::RecordFunction& fn, at::ObserverContext*) {
   if (st.depth > 0 && st.open[st.depth - 1].fn == &fn) st.depth--;
 }
 
-// JSON lists, one entry per input: its shape, its dtype name, its value (scalars and int lists).
+// JSON lists, one entry per input: its shape, its dtype name, its value (scalars and int lists);
+// a tensor list's entries are lists of its tensors' shapes and dtype names.
 SpanOp describe(const OprEntry& e) {
   std::ostringstream dims, types, values;
   dims << '[';
@@ -126,15 +139,26 @@ SpanOp describe(const OprEntry& e) {
       out << ']';
     };
     dims << sep;
-    types << sep << '"';
+    types << sep;
     values << sep;
     if (in.kind == OpInput::kTensor) {
       ints(dims);
-      types << c10::toString(in.dtype);
+      types << '"' << c10::toString(in.dtype) << '"';
+    } else if (in.kind == OpInput::kTensorList) {
+      dims << '[';
+      types << '[';
+      for (size_t j = 0; j < in.shapes.size(); ++j) {
+        dims << (j ? ", [" : "[");
+        for (size_t k = 0; k < in.shapes[j].size(); ++k) dims << (k ? ", " : "") << in.shapes[j][k];
+        dims << ']';
+        types << (j ? ", \"" : "\"") << c10::toString(in.dtypes[j]) << '"';
+      }
+      dims << ']';
+      types << ']';
     } else {
       dims << "[]";
+      types << "\"\"";
     }
-    types << '"';
     switch (in.kind) {
       case OpInput::kBool:
         values << (in.number != 0 ? "true" : "false");
@@ -191,7 +215,30 @@ void watch_ops(bool on) {
   }
 }
 
-bool is_copy(const char* name) { return std::strcmp(name, "memcpy") == 0 || std::strcmp(name, "aten::copy_") == 0; }
+// The runtime names its copies as CUDA's are named ("Memcpy HtoD", ...; the strided ones end in
+// " (strided)"), which is what HTA and TensorBoard's profiler plugin class as memory copies.
+bool is_copy(const char* name) { return std::strncmp(name, "Memcpy ", 7) == 0; }
+
+// A span's name in the trace. As on CUDA, a kernel is named for the code that ran, not for the op
+// that queued it: were they one name, key_averages() would show two "aten::mm" rows (the host op
+// and its kernel, each with the same device time). An eager op's task, "aten::add.Tensor", is the
+// kernel "aten_add_Tensor_kernel" ("::" and "." become "_"); names that are kernel names already
+// (a compiled graph's "cpp_fused_...", a collective's "ncclKernel_...", the copies) stay.
+std::string kernel_name(const char* task) {
+  if (task == nullptr) return "?";
+  std::string name(task);
+  if (name.find("::") == std::string::npos) return name;
+  std::string out;
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (name.compare(i, 2, "::") == 0) {
+      out += '_';
+      ++i;
+    } else {
+      out += name[i] == '.' ? '_' : name[i];
+    }
+  }
+  return out + "_kernel";
+}
 
 class Session final : public libkineto::IActivityProfilerSession {
  public:
@@ -204,6 +251,13 @@ class Session final : public libkineto::IActivityProfilerSession {
     spans_ = neuronrt::trace::stop();
     watch_ops(false);
     dropped_ = neuronrt::trace::dropped();
+    // Only the work queued while the trace records: a task queued before it began (in a
+    // schedule's warmup step, the queue running behind the host) belongs to a host op that is not
+    // in the trace, so it could link to none and would be priced by none. Each queue runs in
+    // order, so this takes a prefix off a lane and leaves no gap in it.
+    spans_.erase(std::remove_if(spans_.begin(), spans_.end(),
+                                [](const neuronrt::trace::Span& s) { return s.origin.queued_ns == 0; }),
+                 spans_.end());
     std::set<std::pair<int, int64_t>> lanes;
     for (const auto& s : spans_) lanes.emplace(s.device, s.stream);
     for (const auto& [device, stream] : lanes) {
@@ -237,24 +291,27 @@ class Session final : public libkineto::IActivityProfilerSession {
     for (size_t i = 1; i < devices_.size(); ++i) logger.handleDeviceInfo(device_info(devices_[i]), start_time);
 
     const auto estimates = estimate();
-    uint32_t flow = 0;
+    // Correlation ids start at 2^16, not 1: HTA downcasts the trace's correlation column to the
+    // narrowest integer type and then stores row numbers into a column of that type, which pandas
+    // 3 refuses once a row number does not fit (a trace of fewer than 128 spans has int8 ids).
+    uint32_t flow = (1u << 16) - 1;
     for (const auto& s : spans_) {
       const libkineto::ITraceActivity* op = s.origin.correlation != 0 ? linked_of(s.origin.correlation) : nullptr;
-      // A task queued before the trace began has no launch in it: no flow either.
-      const bool launched = s.origin.queued_ns != 0 && s.origin.thread != 0;
-      const uint32_t id = launched ? ++flow : 0;
-      if (launched) {
-        auto& launch = add(ActivityType::PRIVATEUSE1_RUNTIME, "neuronLaunchTask", id, op);
-        launch.device = static_cast<int32_t>(pid);
-        launch.resource = s.origin.thread;
-        launch.threadId = s.origin.thread;
-        launch.startTime = s.origin.queued_ns;
-        launch.endTime = std::max(s.origin.queued_end_ns, s.origin.queued_ns);
-        launch.flow.start = true;
-        launch.addMetadataQuoted("task", s.name ? s.name : "?");
-      }
-      auto& kernel = add(is_copy(s.name) ? ActivityType::GPU_MEMCPY : ActivityType::CONCURRENT_KERNEL,
-                         s.name ? s.name : "?", id, op);
+      const bool copy = s.name != nullptr && is_copy(s.name);
+      // The launch is named as CUDA's runtime calls are, in CUDA's runtime category: HTA finds
+      // launches by these names (its launch statistics and queue lengths) and joins them to their
+      // kernels by the "correlation" both carry; the flow draws the same link in Perfetto.
+      const uint32_t id = ++flow;
+      auto& launch = add(ActivityType::CUDA_RUNTIME, copy ? "cudaMemcpyAsync" : "cudaLaunchKernel", id, op);
+      launch.device = static_cast<int32_t>(pid);
+      launch.resource = s.origin.thread;
+      launch.threadId = s.origin.thread;
+      launch.startTime = s.origin.queued_ns;
+      launch.endTime = std::max(s.origin.queued_end_ns, s.origin.queued_ns);
+      launch.flow.start = true;
+      launch.addMetadata("correlation", id);
+      auto& kernel =
+          add(copy ? ActivityType::GPU_MEMCPY : ActivityType::CONCURRENT_KERNEL, kernel_name(s.name), id, op);
       kernel.device = s.device;
       kernel.resource = static_cast<int32_t>(s.stream);
       kernel.startTime = s.start_ns;
@@ -262,6 +319,7 @@ class Session final : public libkineto::IActivityProfilerSession {
       kernel.flow.start = false;
       kernel.addMetadata("device", s.device);
       kernel.addMetadata("stream", s.stream);
+      kernel.addMetadata("correlation", id);
       if (auto it = estimates.find(s.origin.note); it != estimates.end()) {
         kernel.addMetadata("trn2 estimate us", it->second.first);
         kernel.addMetadata("trn3 estimate us", it->second.second);

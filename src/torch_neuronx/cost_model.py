@@ -245,7 +245,9 @@ def _traced_call(name: str, dims: list, types: list, values: list):
     op = getattr(getattr(getattr(torch.ops, namespace), op_name), overload or "default")
     args, kwargs = [], {}
     for arg, shape, kind, value in zip(op._schema.arguments, dims, types, values):
-        if kind:
+        if isinstance(kind, list):  # a tensor list (aten::cat's): its tensors' shapes and dtypes
+            value = [torch.empty(d, dtype=_traced_dtype(k), device="meta") for d, k in zip(shape, kind)]
+        elif kind:
             value = torch.empty(shape, dtype=_traced_dtype(kind), device="meta")
         if arg.kwarg_only:
             if value is not None:
@@ -279,7 +281,7 @@ def _traced_dtype(name: str) -> torch.dtype:
 def price_traced(ops: list, profiles=("trn2", "trn3")) -> list:
     """The Trn2 and Trn3 estimates (µs) of the host ops behind the device spans of a torch.profiler
     trace, each described by the device tracer as (name, shapes, dtypes, values) in JSON, one entry
-    per input. None where an op cannot be rebuilt on the meta device (a list of tensors, say)."""
+    per input. None where an op cannot be rebuilt on the meta device."""
     prices = []
     for name, dims, types, values in ops:
         dims, types, values = json.loads(dims), json.loads(types), json.loads(values)
@@ -288,7 +290,8 @@ def price_traced(ops: list, profiles=("trn2", "trn3")) -> list:
                 prices.append(_nki_prices(values[0], profiles))
                 continue
             if "::" not in name:  # a kernel of a compiled graph: a fused loop over its buffers
-                tensors = [torch.empty(d, dtype=_traced_dtype(k), device="meta") for d, k in zip(dims, types) if k]
+                tensors = [torch.empty(d, dtype=_traced_dtype(k), device="meta") for d, k in zip(dims, types)
+                           if isinstance(k, str) and k]
                 lnc = int(_C._config_text("NEURON_LOGICAL_NC_CONFIG") or 2)
                 prices.append(tuple(_priced(ROOFLINES[p], lnc, name, tensors, [], 0.0, "vector").us for p in profiles))
                 continue
