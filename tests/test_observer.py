@@ -28,6 +28,23 @@ assert bool((x == 7.0).all()), "the tensor changed"
 print("intact", flush=True)
 """
 
+# A process that sees an uncorrectable memory error on neuron:0 and uses neuron:{device}: its work
+# there runs, and work on neuron:0 raises at the call.
+BESIDE_A_BAD_CORE = """
+import sys, torch
+x = torch.full(({mib} * 262144,), 7.0, device="neuron:{device}")
+torch.neuron.synchronize()
+try:
+    torch.ones(4, device="neuron:0")
+    refused = "nothing"
+except RuntimeError as e:
+    refused = str(e)
+print("ready", flush=True)
+sys.stdin.readline()
+print("sum:", (x * 2).sum().item(), flush=True)
+print("refused:", refused, flush=True)
+"""
+
 
 @pytest.fixture
 def env(tmp_path):
@@ -47,9 +64,9 @@ def nobs_json(env, *args, code=0):
 
 
 class Holder:
-    def __init__(self, env, device=0, mib=8, fault=None, extra=None):
+    def __init__(self, env, device=0, mib=8, fault=None, extra=None, script=HOLDER):
         e = dict(env, **({"TORCH_NEURONX_INJECT_FAULT": fault} if fault else {}), **(extra or {}))
-        self.proc = subprocess.Popen([sys.executable, "-P", "-c", HOLDER.format(device=device, mib=mib)],
+        self.proc = subprocess.Popen([sys.executable, "-P", "-c", script.format(device=device, mib=mib)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, env=e)
         line = self.proc.stdout.readline()
@@ -127,6 +144,36 @@ def test_an_uncorrectable_memory_error_makes_the_device_unhealthy_and_refuses_wo
                    env=dict(env, TORCH_NEURONX_INJECT_FAULT="hbm_uncorrectable@2"))
     assert r.stdout.startswith("unhealthy healthy"), r.stdout + r.stderr
     assert "raised: neuron:2 has an uncorrectable HBM memory error" in r.stdout
+
+
+def test_an_uncorrectable_error_on_one_core_is_published_and_leaves_the_others_working(env, holders, server):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    h = holders(env, device=1, mib=4, fault="hbm_uncorrectable@0", script=BESIDE_A_BAD_CORE)
+    status = nobs_json(env, "status", code=1)
+    assert (status["unhealthy"], status["healthy"], status["processes"]) == (1, 3, [h.proc.pid])
+    dev = {d["index"]: d for d in nobs_json(env, "devices")["devices"]}
+    assert dev[0]["health"] == "unhealthy" and dev[0]["uncorrectable_errors"] == 1
+    assert f"1 uncorrectable HBM memory error(s) (pid {h.proc.pid})" in dev[0]["reasons"]
+    assert [dev[i]["health"] for i in (1, 2, 3)] == ["healthy"] * 3
+    assert [p["pid"] for p in dev[1]["processes"]] == [h.proc.pid] and dev[0]["processes"] == []
+    deadline = time.time() + 20
+    while True:  # the collector samples every second: wait for one made after the process published
+        code, body = get(server + "/v1/health")
+        if code == 200 and json.loads(body)["status"] != "healthy" or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    doc = json.loads(body)
+    assert doc["status"] == "unhealthy" and [d["health"] for d in doc["devices"]] == ["unhealthy"] + ["healthy"] * 3
+    families = {f.name: f for f in text_string_to_metric_families(get(server + "/metrics")[1])}
+    bad = [s for s in families["neuron_device_uncorrectable_errors"].samples if s.name.endswith("_total")]
+    assert {s.labels["device"]: s.value for s in bad} == {"0": 1.0, "1": 0.0, "2": 0.0, "3": 0.0}
+    health = [s for s in families["neuron_device_health"].samples if s.value == 1]
+    assert sorted((s.labels["device"], s.labels["status"]) for s in health) == [
+        ("0", "unhealthy"), ("1", "healthy"), ("2", "healthy"), ("3", "healthy")]
+    out = h.finish()
+    assert f"sum: {14.0 * 4 * 262144}" in out  # its work on neuron:1 ran
+    assert "refused: neuron:0 has an uncorrectable HBM memory error" in out, out
 
 
 def test_correctable_errors_are_counted_and_unhealthy_only_past_the_limit(env, holders):
