@@ -306,18 +306,61 @@ def test_http_endpoints_and_prometheus_metrics(server, env, holders):
     assert all(name.startswith("neuron_") for name in families)
 
 
-def test_http_refuses_what_it_does_not_serve(server):
-    assert get(server + "/nope")[0] == 404
-    assert get(server + "/" + "a" * 300)[0] == 414
-    req = urllib.request.Request(server + "/v1/devices", data=b"{}", method="POST")
-    with pytest.raises(urllib.error.HTTPError) as e:
-        urllib.request.urlopen(req, timeout=10)
-    assert e.value.code == 405
-    host, port = server.split("//")[1].split(":")
+def raw(url, request: bytes):
+    """Sends `request` as it is and reads the whole answer: (status, headers, parsed JSON body)."""
+    host, port = url.split("//")[1].split(":")
     with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(b"GET /healthz BOGUS/1.1\r\n\r\n")  # a malformed request line
-        assert b"Error code: 400" in s.recv(4096)
-    assert get(server + "/healthz")[0] == 200  # and it goes on serving
+        s.sendall(request)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *fields = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (f.partition(":") for f in fields)}
+    assert status_line.startswith("HTTP/1.0 "), answer[:200]
+    assert headers["content-type"] == "application/json" and int(headers["content-length"]) == len(body), headers
+    return int(status_line.split()[1]), headers, json.loads(body)
+
+
+def test_http_refuses_what_it_does_not_serve_and_says_why_in_json(server):
+    for path, code in (("/nope", 404), ("/" + "a" * 300, 414)):
+        status, headers, doc = raw(server, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        assert status == code and doc["status"] == code and doc["error"], doc
+    status, headers, doc = raw(server, b"POST /v1/devices HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")
+    assert (status, doc["status"], headers["allow"]) == (405, 405, "GET, HEAD")
+    assert doc["error"] == "POST is not allowed: the API is read-only"
+    status, headers, doc = raw(server, b"BREW /healthz HTTP/1.1\r\n\r\n")  # a method nobody knows
+    assert (status, doc["status"], headers["allow"]) == (405, 405, "GET, HEAD")
+    for malformed in (b"GET /healthz BOGUS/1.1\r\n\r\n", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",
+                      b"GET /healthz HTTP/1.1 extra\r\n\r\n"):
+        status, _, doc = raw(server, malformed)
+        assert status == 400 and doc["status"] == 400 and doc["error"], (malformed, doc)
+    assert "Bad request version ('BOGUS/1.1')" in raw(server, b"GET /healthz BOGUS/1.1\r\n\r\n")[2]["error"]
+    status, _, doc = raw(server, b"GET /healthz HTTP/1.1\r\n\r\n")  # and it goes on serving
+    assert status == 200 and doc == {"status": "ok"}
+
+
+def test_http_answers_an_internal_error_as_json(capfd):
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    from torch_neuronx.observer import server as observer_server
+
+    class Broken:
+        def current(self):
+            raise RuntimeError("the collector broke")
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), observer_server.handler_for(Broken()))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        status, _, doc = raw(url, b"GET /v1/health HTTP/1.1\r\n\r\n")
+        assert status == 500 and doc == {"error": "internal error: RuntimeError: the collector broke", "status": 500}
+        assert "RuntimeError: the collector broke" in capfd.readouterr().err  # the operator gets the traceback
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
 def test_top_runs_in_a_terminal(env, holders):
