@@ -363,6 +363,25 @@ def test_http_answers_an_internal_error_as_json(capfd):
         httpd.server_close()
 
 
+def test_json_is_printed_where_it_means_something_and_refused_elsewhere(env, capsys, monkeypatch):
+    from torch_neuronx.observer import cli
+
+    monkeypatch.setenv("TORCH_NEURONX_STATE_DIR", env["TORCH_NEURONX_STATE_DIR"])
+    for command, hint in ((["top", "--json"], "`nobs monitor` prints the same as JSON lines"),
+                          (["serve", "--json"], "its API answers JSON on its own")):
+        with pytest.raises(SystemExit) as e:
+            cli.main(command)
+        assert e.value.code == 2 and hint in capsys.readouterr().err
+    assert cli.main(["monitor", "--json", "--interval", "0.05", "--count", "1"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert [d["health"] for d in json.loads(line)["devices"]] == ["healthy"] * 4
+    assert cli.main(["status", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["healthy"] == 4
+    with pytest.raises(SystemExit) as e:
+        cli.main(["monitor", "--count", "0"])
+    assert e.value.code == 2 and "--count must be positive" in capsys.readouterr().err
+
+
 def test_top_runs_in_a_terminal(env, holders):
     pexpect = pytest.importorskip("pexpect")
     holders(env, device=2, mib=16)
