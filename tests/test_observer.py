@@ -14,7 +14,7 @@ import pytest
 
 from conftest import run_python
 
-NOBS = [sys.executable, "-P", "-m", "torch_neuronx.observer"]
+NOBS = [sys.executable, "-m", "torch_neuronx.observer"]
 
 # A process using the device: it holds `mib` MiB on `device`, says "ready", and waits for a line
 # on stdin; then it checks its tensor was not disturbed and exits.
@@ -66,7 +66,7 @@ def nobs_json(env, *args, code=0):
 class Holder:
     def __init__(self, env, device=0, mib=8, fault=None, extra=None, script=HOLDER):
         e = dict(env, **({"TORCH_NEURONX_INJECT_FAULT": fault} if fault else {}), **(extra or {}))
-        self.proc = subprocess.Popen([sys.executable, "-P", "-c", script.format(device=device, mib=mib)],
+        self.proc = subprocess.Popen([sys.executable, "-c", script.format(device=device, mib=mib)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, env=e)
         line = self.proc.stdout.readline()
@@ -197,7 +197,7 @@ def test_corrupted_results_are_caught_only_by_the_golden_check(env):
 
 def test_a_hung_queue_is_reported_by_the_watchdog_and_times_out_a_health_run(env, holders):
     # Its first op on the hung core waits for the device forever (the drill's point): it says so first.
-    h = subprocess.Popen([sys.executable, "-P", "-c", "import torch\nprint('queuing', flush=True)\n"
+    h = subprocess.Popen([sys.executable, "-c", "import torch\nprint('queuing', flush=True)\n"
                           "x = torch.ones(4, device='neuron:2') * 2"],
                          stdout=subprocess.PIPE, text=True,
                          env=dict(env, TORCH_NEURONX_INJECT_FAULT="hang@2", TORCH_NEURONX_WATCHDOG_S="1"))
@@ -385,7 +385,7 @@ def test_json_is_printed_where_it_means_something_and_refused_elsewhere(env, cap
 def test_top_runs_in_a_terminal(env, holders):
     pexpect = pytest.importorskip("pexpect")
     holders(env, device=2, mib=16)
-    child = pexpect.spawn(sys.executable, ["-P", "-m", "torch_neuronx.observer", "top", "--interval", "0.3"],
+    child = pexpect.spawn(sys.executable, ["-m", "torch_neuronx.observer", "top", "--interval", "0.3"],
                           env=env, encoding="utf-8", timeout=60, dimensions=(40, 160))
     child.expect("neuron:3")
     child.expect("healthy")

@@ -80,7 +80,7 @@ def health_run(device: int | None, timeout: float) -> list:
             results.append({"device": d, "outcome": "device_busy", "processes": holders, "checks": []})
             continue
         peer = next((p for p in list(range(d + 1, count)) + list(range(d)) if not busy_with(p)), -1)
-        cmd = [sys.executable, "-P", "-m", "torch_neuronx.observer.golden", str(d), str(peer)]
+        cmd = [sys.executable, "-m", "torch_neuronx.observer.golden", str(d), str(peer)]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             out, err = proc.communicate(timeout=timeout)
