@@ -14,7 +14,7 @@ import pytest
 
 from conftest import run_python
 
-NOBS = [sys.executable, "-P", "-m", "torch_neuronx.observer"]
+NOBS = [sys.executable, "-m", "torch_neuronx.observer"]
 
 # A process using the device: it holds `mib` MiB on `device`, says "ready", and waits for a line
 # on stdin; then it checks its tensor was not disturbed and exits.
@@ -26,6 +26,23 @@ print("ready", flush=True)
 sys.stdin.readline()
 assert bool((x == 7.0).all()), "the tensor changed"
 print("intact", flush=True)
+"""
+
+# A process that sees an uncorrectable memory error on neuron:0 and uses neuron:{device}: its work
+# there runs, and work on neuron:0 raises at the call.
+BESIDE_A_BAD_CORE = """
+import sys, torch
+x = torch.full(({mib} * 262144,), 7.0, device="neuron:{device}")
+torch.neuron.synchronize()
+try:
+    torch.ones(4, device="neuron:0")
+    refused = "nothing"
+except RuntimeError as e:
+    refused = str(e)
+print("ready", flush=True)
+sys.stdin.readline()
+print("sum:", (x * 2).sum().item(), flush=True)
+print("refused:", refused, flush=True)
 """
 
 
@@ -47,9 +64,9 @@ def nobs_json(env, *args, code=0):
 
 
 class Holder:
-    def __init__(self, env, device=0, mib=8, fault=None, extra=None):
+    def __init__(self, env, device=0, mib=8, fault=None, extra=None, script=HOLDER):
         e = dict(env, **({"TORCH_NEURONX_INJECT_FAULT": fault} if fault else {}), **(extra or {}))
-        self.proc = subprocess.Popen([sys.executable, "-P", "-c", HOLDER.format(device=device, mib=mib)],
+        self.proc = subprocess.Popen([sys.executable, "-c", script.format(device=device, mib=mib)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, env=e)
         line = self.proc.stdout.readline()
@@ -129,6 +146,36 @@ def test_an_uncorrectable_memory_error_makes_the_device_unhealthy_and_refuses_wo
     assert "raised: neuron:2 has an uncorrectable HBM memory error" in r.stdout
 
 
+def test_an_uncorrectable_error_on_one_core_is_published_and_leaves_the_others_working(env, holders, server):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    h = holders(env, device=1, mib=4, fault="hbm_uncorrectable@0", script=BESIDE_A_BAD_CORE)
+    status = nobs_json(env, "status", code=1)
+    assert (status["unhealthy"], status["healthy"], status["processes"]) == (1, 3, [h.proc.pid])
+    dev = {d["index"]: d for d in nobs_json(env, "devices")["devices"]}
+    assert dev[0]["health"] == "unhealthy" and dev[0]["uncorrectable_errors"] == 1
+    assert f"1 uncorrectable HBM memory error(s) (pid {h.proc.pid})" in dev[0]["reasons"]
+    assert [dev[i]["health"] for i in (1, 2, 3)] == ["healthy"] * 3
+    assert [p["pid"] for p in dev[1]["processes"]] == [h.proc.pid] and dev[0]["processes"] == []
+    deadline = time.time() + 20
+    while True:  # the collector samples every second: wait for one made after the process published
+        code, body = get(server + "/v1/health")
+        if code == 200 and json.loads(body)["status"] != "healthy" or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    doc = json.loads(body)
+    assert doc["status"] == "unhealthy" and [d["health"] for d in doc["devices"]] == ["unhealthy"] + ["healthy"] * 3
+    families = {f.name: f for f in text_string_to_metric_families(get(server + "/metrics")[1])}
+    bad = [s for s in families["neuron_device_uncorrectable_errors"].samples if s.name.endswith("_total")]
+    assert {s.labels["device"]: s.value for s in bad} == {"0": 1.0, "1": 0.0, "2": 0.0, "3": 0.0}
+    health = [s for s in families["neuron_device_health"].samples if s.value == 1]
+    assert sorted((s.labels["device"], s.labels["status"]) for s in health) == [
+        ("0", "unhealthy"), ("1", "healthy"), ("2", "healthy"), ("3", "healthy")]
+    out = h.finish()
+    assert f"sum: {14.0 * 4 * 262144}" in out  # its work on neuron:1 ran
+    assert "refused: neuron:0 has an uncorrectable HBM memory error" in out, out
+
+
 def test_correctable_errors_are_counted_and_unhealthy_only_past_the_limit(env, holders):
     holders(env, device=0, fault="hbm_correctable@1:3")
     dev = {d["index"]: d for d in nobs_json(env, "devices")["devices"]}
@@ -150,7 +197,7 @@ def test_corrupted_results_are_caught_only_by_the_golden_check(env):
 
 def test_a_hung_queue_is_reported_by_the_watchdog_and_times_out_a_health_run(env, holders):
     # Its first op on the hung core waits for the device forever (the drill's point): it says so first.
-    h = subprocess.Popen([sys.executable, "-P", "-c", "import torch\nprint('queuing', flush=True)\n"
+    h = subprocess.Popen([sys.executable, "-c", "import torch\nprint('queuing', flush=True)\n"
                           "x = torch.ones(4, device='neuron:2') * 2"],
                          stdout=subprocess.PIPE, text=True,
                          env=dict(env, TORCH_NEURONX_INJECT_FAULT="hang@2", TORCH_NEURONX_WATCHDOG_S="1"))
@@ -259,24 +306,86 @@ def test_http_endpoints_and_prometheus_metrics(server, env, holders):
     assert all(name.startswith("neuron_") for name in families)
 
 
-def test_http_refuses_what_it_does_not_serve(server):
-    assert get(server + "/nope")[0] == 404
-    assert get(server + "/" + "a" * 300)[0] == 414
-    req = urllib.request.Request(server + "/v1/devices", data=b"{}", method="POST")
-    with pytest.raises(urllib.error.HTTPError) as e:
-        urllib.request.urlopen(req, timeout=10)
-    assert e.value.code == 405
-    host, port = server.split("//")[1].split(":")
+def raw(url, request: bytes):
+    """Sends `request` as it is and reads the whole answer: (status, headers, parsed JSON body)."""
+    host, port = url.split("//")[1].split(":")
     with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(b"GET /healthz BOGUS/1.1\r\n\r\n")  # a malformed request line
-        assert b"Error code: 400" in s.recv(4096)
-    assert get(server + "/healthz")[0] == 200  # and it goes on serving
+        s.sendall(request)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *fields = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (f.partition(":") for f in fields)}
+    assert status_line.startswith("HTTP/1.0 "), answer[:200]
+    assert headers["content-type"] == "application/json" and int(headers["content-length"]) == len(body), headers
+    return int(status_line.split()[1]), headers, json.loads(body)
+
+
+def test_http_refuses_what_it_does_not_serve_and_says_why_in_json(server):
+    for path, code in (("/nope", 404), ("/" + "a" * 300, 414)):
+        status, headers, doc = raw(server, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        assert status == code and doc["status"] == code and doc["error"], doc
+    status, headers, doc = raw(server, b"POST /v1/devices HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")
+    assert (status, doc["status"], headers["allow"]) == (405, 405, "GET, HEAD")
+    assert doc["error"] == "POST is not allowed: the API is read-only"
+    status, headers, doc = raw(server, b"BREW /healthz HTTP/1.1\r\n\r\n")  # a method nobody knows
+    assert (status, doc["status"], headers["allow"]) == (405, 405, "GET, HEAD")
+    for malformed in (b"GET /healthz BOGUS/1.1\r\n\r\n", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",
+                      b"GET /healthz HTTP/1.1 extra\r\n\r\n"):
+        status, _, doc = raw(server, malformed)
+        assert status == 400 and doc["status"] == 400 and doc["error"], (malformed, doc)
+    assert "Bad request version ('BOGUS/1.1')" in raw(server, b"GET /healthz BOGUS/1.1\r\n\r\n")[2]["error"]
+    status, _, doc = raw(server, b"GET /healthz HTTP/1.1\r\n\r\n")  # and it goes on serving
+    assert status == 200 and doc == {"status": "ok"}
+
+
+def test_http_answers_an_internal_error_as_json(capfd):
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    from torch_neuronx.observer import server as observer_server
+
+    class Broken:
+        def current(self):
+            raise RuntimeError("the collector broke")
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), observer_server.handler_for(Broken()))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        status, _, doc = raw(url, b"GET /v1/health HTTP/1.1\r\n\r\n")
+        assert status == 500 and doc == {"error": "internal error: RuntimeError: the collector broke", "status": 500}
+        assert "RuntimeError: the collector broke" in capfd.readouterr().err  # the operator gets the traceback
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_json_is_printed_where_it_means_something_and_refused_elsewhere(env, capsys, monkeypatch):
+    from torch_neuronx.observer import cli
+
+    monkeypatch.setenv("TORCH_NEURONX_STATE_DIR", env["TORCH_NEURONX_STATE_DIR"])
+    for command, hint in ((["top", "--json"], "`nobs monitor` prints the same as JSON lines"),
+                          (["serve", "--json"], "its API answers JSON on its own")):
+        with pytest.raises(SystemExit) as e:
+            cli.main(command)
+        assert e.value.code == 2 and hint in capsys.readouterr().err
+    assert cli.main(["monitor", "--json", "--interval", "0.05", "--count", "1"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert [d["health"] for d in json.loads(line)["devices"]] == ["healthy"] * 4
+    assert cli.main(["status", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["healthy"] == 4
+    with pytest.raises(SystemExit) as e:
+        cli.main(["monitor", "--count", "0"])
+    assert e.value.code == 2 and "--count must be positive" in capsys.readouterr().err
 
 
 def test_top_runs_in_a_terminal(env, holders):
     pexpect = pytest.importorskip("pexpect")
     holders(env, device=2, mib=16)
-    child = pexpect.spawn(sys.executable, ["-P", "-m", "torch_neuronx.observer", "top", "--interval", "0.3"],
+    child = pexpect.spawn(sys.executable, ["-m", "torch_neuronx.observer", "top", "--interval", "0.3"],
                           env=env, encoding="utf-8", timeout=60, dimensions=(40, 160))
     child.expect("neuron:3")
     child.expect("healthy")

@@ -153,6 +153,11 @@ class Allocator final : public CachingAllocator {
     collect_pending_locked(st);
     Block* b = take_cached_locked(st, stream, size, small);
     if (!b) {
+      // Only here, off the cached path: a device that refuses work never has a cached block.
+      if (!rt.usable(device)) {
+        lock.unlock();
+        checked([&] { rt.check_usable(device); });
+      }
       const size_t seg = segment_size(size);
       void* p = take_segment_locked(st, device, seg);
       if (!p) {

@@ -87,7 +87,14 @@ PYBIND11_MODULE(_C, m) {
       },
       py::call_guard<py::gil_scoped_release>());
   m.def("_in_bad_fork", [] { return neuronrt::Runtime::in_forked_child(); });
-  m.def("_init", [] { current_queue(); });  // starts the current device's default queue
+  // Publishes this process's state and starts the current device's default queue. A current
+  // device with an uncorrectable memory error gets no queue: that must not stop a process using
+  // the other devices (work on the bad one raises at the call), and its state says why.
+  m.def("_init", [] {
+    auto& rt = runtime();
+    rt.publish();
+    if (rt.usable(current_device())) current_queue();
+  });
   m.def("_is_initialized", [] { return neuronrt::Runtime::started(); });
   m.def("_device_properties", [](int d) {
     check_device_index(static_cast<c10::DeviceIndex>(d));

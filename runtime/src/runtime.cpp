@@ -171,16 +171,22 @@ Queue& Runtime::queue(int device, int id) {
   if (id < 0 || id >= kMaxQueuesPerDevice) {
     throw std::out_of_range("neuron: invalid queue id " + std::to_string(id));
   }
-  // A device with an uncorrectable memory error gets no queue, so every op on it ends up here.
-  if (unusable_[device]) {
-    throw std::runtime_error("neuron:" + std::to_string(device) +
-                             " has an uncorrectable HBM memory error: its memory cannot be trusted, so no work runs "
-                             "on it (torch.neuron.device_health(" +
-                             std::to_string(device) + ") is 'unhealthy'; nobs status shows it)");
-  }
+  // A device with an uncorrectable memory error gets no queue (nor memory: the allocator asks
+  // too), so every op on it is refused.
+  check_usable(device);
   Queue* q = make_queue(device, id);
-  start_monitor();
+  publish();
   return *q;
+}
+
+void Runtime::check_usable(int device) {
+  core(device);
+  if (!unusable_[device]) return;
+  publish();
+  throw std::runtime_error("neuron:" + std::to_string(device) +
+                           " has an uncorrectable HBM memory error: its memory cannot be trusted, so no work runs "
+                           "on it (torch.neuron.device_health(" +
+                           std::to_string(device) + ") is 'unhealthy'; nobs status shows it)");
 }
 
 Queue* Runtime::make_queue(int device, int id) {
@@ -211,7 +217,7 @@ Queue* Runtime::make_queue(int device, int id) {
   return slot.get();
 }
 
-void Runtime::start_monitor() {
+void Runtime::publish() {
   if (!opts_.publish_health) return;
   std::call_once(monitor_once_, [this] {
     try {

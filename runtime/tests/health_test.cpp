@@ -121,6 +121,39 @@ TEST(Health, PublishesStateAndTheWatchdogFindsAHungQueue) {
   rmdir(dir.c_str());
 }
 
+TEST(Health, WorkRefusedOnAFaultyDeviceIsPublishedFirst) {
+  const std::string dir = temp_dir();
+  setenv("TORCH_NEURONX_STATE_DIR", dir.c_str(), 1);
+  const std::string path = dir + "/" + std::to_string(getpid()) + ".json";
+  {
+    auto o = options({{health::Fault::kHbmUncorrectable, 0, 1}});
+    o.publish_health = true;
+    Runtime rt(o);
+    EXPECT_FALSE(rt.usable(0));
+    EXPECT_TRUE(rt.usable(1));
+    // The process's first work is on the faulty device: it is refused, and the state that the
+    // error points to (nobs) already says why.
+    EXPECT_THROW(rt.queue(0, 0), std::runtime_error);
+    ASSERT_NE(rt.monitor(), nullptr);
+    std::ifstream f(path);
+    std::stringstream text;
+    text << f.rdbuf();
+    EXPECT_NE(text.str().find("{\"index\": 0, "), std::string::npos) << text.str();
+    EXPECT_NE(text.str().find("\"uncorrectable\": 1, \"hung\": false, \"last_error\": \"\", \"health\": "
+                              "\"unhealthy\", \"health_reason\": \"1 uncorrectable HBM memory error(s)\""),
+              std::string::npos)
+        << text.str();
+    EXPECT_NE(text.str().find("\"uncorrectable\": 0, \"hung\": false, \"last_error\": \"\", \"health\": "
+                              "\"healthy\""),
+              std::string::npos)
+        << text.str();
+    rt.queue(1, 0).submit("work", [] {});  // the other device still works
+    rt.synchronize_device(1);
+  }
+  unsetenv("TORCH_NEURONX_STATE_DIR");
+  rmdir(dir.c_str());
+}
+
 TEST(Health, AStateDirectoryOthersMayEnterIsNotTrusted) {
   const std::string dir = temp_dir();
   chmod(dir.c_str(), 0755);

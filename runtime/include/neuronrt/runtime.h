@@ -71,8 +71,19 @@ class Runtime {
   // The monitor publishing this process's state for nobs; nullptr before the device was used, or
   // when publishing is off or the state directory is not trusted.
   health::Monitor* monitor();
-  // Queue `id` of a device, created on first use (id 0 is the default queue).
+  // Queue `id` of a device, created on first use (id 0 is the default queue). A device with an
+  // uncorrectable memory error gets none: this throws, after publishing the state that says why.
   Queue& queue(int device, int id);
+  // False when `device` has an uncorrectable memory error: no work may run on it, nor memory be
+  // taken from it.
+  bool usable(int device) const { return !unusable_.at(device); }
+  // Throws std::runtime_error naming the fault when `device` is not usable, after publishing the
+  // state that says why (the error points to nobs).
+  void check_usable(int device);
+  // Starts publishing this process's state (once; a no-op when publishing is off). Work on a
+  // device does it on its own; initialization calls it so that a fault this process sees is
+  // published even when the device it would start on is the one refusing work.
+  void publish();
   void synchronize_device(int device);
   // The queues of a device made so far.
   std::vector<Queue*> queues_of(int device);
@@ -91,7 +102,6 @@ class Runtime {
   void enter_task();
   void leave_task();
 
-  void start_monitor();
   void wait_while_hung() const;
 
   RuntimeOptions opts_;

@@ -4,12 +4,14 @@
   nobs devices                    each device: profile, memory, processes, utilization, health
   nobs health run [--device N] [--timeout S]
                                   golden programs per core; exit 0 only when all passed
-  nobs monitor [--interval S]     JSON lines, as neuron-monitor
+  nobs monitor [--interval S] [--count N]
+                                  JSON lines, as neuron-monitor
   nobs top [--interval S]         a live table (q quits)
   nobs serve [--host H] [--port P]
                                   HTTP: /healthz /readyz /version /v1/devices /v1/health /metrics
 
-Every command takes --json.
+status, devices and health run print JSON with --json; monitor always does (it takes --json too).
+top (a table for a terminal) and serve (an HTTP server) refuse it.
 """
 from __future__ import annotations
 
@@ -78,7 +80,7 @@ def health_run(device: int | None, timeout: float) -> list:
             results.append({"device": d, "outcome": "device_busy", "processes": holders, "checks": []})
             continue
         peer = next((p for p in list(range(d + 1, count)) + list(range(d)) if not busy_with(p)), -1)
-        cmd = [sys.executable, "-P", "-m", "torch_neuronx.observer.golden", str(d), str(peer)]
+        cmd = [sys.executable, "-m", "torch_neuronx.observer.golden", str(d), str(peer)]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             out, err = proc.communicate(timeout=timeout)
@@ -174,27 +176,46 @@ def cmd_monitor(args) -> int:
     return 0
 
 
+def _refuse_json(why: str):
+    """An action for --json on a command whose output cannot be JSON: a clear error, not an option
+    silently ignored."""
+    class RefuseJson(argparse.Action):
+        def __init__(self, **kwargs):
+            super().__init__(nargs=0, **kwargs)
+
+        def __call__(self, parser, namespace, values, option_string=None):
+            parser.error(f"--json: {why}")
+
+    return RefuseJson
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="nobs", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n")[1])
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="\n\n".join(__doc__.split("\n\n")[1:3]))
     sub = p.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="JSON output")
     sub.add_parser("status", parents=[common]).set_defaults(fn=cmd_status)
     sub.add_parser("devices", parents=[common]).set_defaults(fn=cmd_devices)
-    health = sub.add_parser("health", parents=[common]).add_subparsers(dest="action", required=True)
+    health = sub.add_parser("health").add_subparsers(dest="action", required=True)
     run = health.add_parser("run", parents=[common])
     run.add_argument("--device", type=int)
     run.add_argument("--timeout", type=float, default=120.0, help="seconds per device (default 120)")
     run.set_defaults(fn=cmd_health_run)
-    monitor = sub.add_parser("monitor", parents=[common])
+    monitor = sub.add_parser("monitor")
+    monitor.add_argument("--json", action="store_true", help="accepted: the output is always JSON lines")
     monitor.add_argument("--interval", type=float, default=1.0)
     monitor.add_argument("--count", type=int, help="stop after this many reports")
     monitor.set_defaults(fn=cmd_monitor)
-    top = sub.add_parser("top", parents=[common])
+    top = sub.add_parser("top")
+    top.add_argument("--json", action=_refuse_json("top draws a table for a terminal; `nobs monitor` prints the "
+                                                    "same as JSON lines"), help="refused: use `nobs monitor`")
     top.add_argument("--interval", type=float, default=1.0)
     top.set_defaults(fn=lambda a: __import__("torch_neuronx.observer.top", fromlist=["run"]).run(a))
-    serve = sub.add_parser("serve", parents=[common])
+    serve = sub.add_parser("serve")
+    serve.add_argument("--json", action=_refuse_json("serve is an HTTP server; its API answers JSON on its own "
+                                                      "(/metrics in Prometheus text)"), help="refused")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=7001)
     serve.set_defaults(fn=lambda a: __import__("torch_neuronx.observer.server", fromlist=["run"]).run(a))
@@ -202,6 +223,8 @@ def main(argv=None) -> int:
     for name in ("interval", "timeout"):
         if getattr(args, name, 1) is not None and getattr(args, name, 1) <= 0:
             p.error(f"--{name} must be positive")
+    if getattr(args, "count", None) is not None and args.count <= 0:
+        p.error("--count must be positive")
     return args.fn(args)
 
 

@@ -1,12 +1,15 @@
 """`nobs serve`: read-only HTTP on 127.0.0.1:7001 unless told otherwise. /healthz (the server is up),
 /readyz (ready once the first collection is done), /version, /v1/devices, /v1/health and /metrics
-(Prometheus text, names prefixed neuron_). Only GET and HEAD; anything else is a 4xx."""
+(Prometheus text, names prefixed neuron_). Only GET and HEAD; any other method gets 405. Every
+error, malformed requests included, is answered as JSON: {"error": "...", "status": code}."""
 from __future__ import annotations
 
 import json
 import sys
 import threading
 import time
+import traceback
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from . import cli, state
@@ -86,6 +89,10 @@ def _metrics(collector: Collector) -> bytes:
 def handler_for(collector: Collector):
     class Handler(BaseHTTPRequestHandler):
         server_version = "nobs"
+        # What a request is taken for until its request line parses. The stdlib's default, HTTP/0.9,
+        # answers with neither a status line nor headers, so a malformed request's error would reach
+        # the client as a bare body; every answer here has both.
+        default_request_version = "HTTP/1.0"
 
         def log_message(self, *args):  # quiet: a health endpoint is polled
             pass
@@ -101,9 +108,31 @@ def handler_for(collector: Collector):
             if self.command != "HEAD":
                 self.wfile.write(data)
 
+        def _error(self, code: int, message: str):
+            self._send(code, {"error": message, "status": code})
+
+        def send_error(self, code, message=None, explain=None):
+            """The stdlib calls this for what it refuses before a handler runs (a malformed request
+            line or headers, an unknown method): the same JSON as every other error, not its HTML."""
+            if code == HTTPStatus.NOT_IMPLEMENTED and self.command:
+                # An unknown method: to this read-only API it is like any other it does not allow.
+                code, message = HTTPStatus.METHOD_NOT_ALLOWED, f"{self.command} is not allowed: the API is read-only"
+            self.close_connection = True  # what follows a request it could not read cannot be trusted
+            self._error(int(code), message or HTTPStatus(code).phrase)
+
         def do_GET(self):
+            try:
+                self._get()
+            except ConnectionError:
+                self.close_connection = True  # the client went away: nobody is left to answer
+            except Exception as e:  # noqa: BLE001 (the client gets an answer; the operator the traceback)
+                traceback.print_exc(file=sys.stderr)
+                self.close_connection = True
+                self._error(500, f"internal error: {type(e).__name__}: {e}")
+
+        def _get(self):
             if len(self.path) > _MAX_PATH:
-                return self._send(414, {"error": "request path too long"})
+                return self._error(414, "request path too long")
             path = self.path.split("?", 1)[0]
             devices, problems, at = collector.current()
             if path == "/healthz":
@@ -113,7 +142,7 @@ def handler_for(collector: Collector):
             if path == "/version":
                 return self._send(200, {"version": cli._version(), "api": "v1"})
             if path in ("/v1/devices", "/v1/health") and at is None:
-                return self._send(503, {"error": "no collection yet"})
+                return self._error(503, "no collection yet")
             if path == "/v1/devices":
                 return self._send(200, {"collected_unix_s": at, "devices": devices, "problems": problems})
             if path == "/v1/health":
@@ -125,12 +154,12 @@ def handler_for(collector: Collector):
                     {"index": d["index"], "health": d["health"], "reasons": d["reasons"]} for d in devices]})
             if path == "/metrics":
                 return self._send(200, _metrics(collector), "text/plain; version=0.0.4; charset=utf-8")
-            return self._send(404, {"error": f"no such endpoint: {path[:64]}"})
+            return self._error(404, f"no such endpoint: {path[:64]}")
 
         do_HEAD = do_GET
 
         def _refuse(self):
-            self._send(405, {"error": f"{self.command} is not allowed: the API is read-only"})
+            self._error(405, f"{self.command} is not allowed: the API is read-only")
 
         do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _refuse
 
