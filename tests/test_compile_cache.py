@@ -328,3 +328,23 @@ def test_programs_specialized_from_a_symbolic_graph_are_warm_in_a_second_process
     assert first == "0 3"
     second, _ = _compile(env)
     assert second == "3 0"
+
+
+@pytest.mark.parametrize("backend", ["neuron", "inductor"])
+def test_a_user_inductor_folder_compiles_there_and_counts_each_graph_once(tmp_path, backend):
+    """With TORCHINDUCTOR_CACHE_DIR set, neuron compiles use that folder as Inductor would; its
+    nested compile_fx calls are still one compile (they counted twice: CI on a fresh HOME sets it)."""
+    code = _CLEAN + (
+        "import json, torch, torch_neuronx\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).to('neuron')\n"
+        f"y = torch.compile(m, backend={backend!r})(torch.randn(4, 8, device='neuron'))\n"
+        "s = torch_neuronx.compile_stats()\n"
+        "print(json.dumps({k: s[k] for k in ('graphs_compiled', 'programs', 'cache_hits', 'cache_misses')}))\n")
+    user = tmp_path / "inductor"
+    r = run_python(code, {"KEEP": "TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR": str(user),
+                          "TORCH_NEURONX_CACHE_DIR": str(tmp_path / "neuron")}, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().split("\n")[-1]) == {"graphs_compiled": 1, "programs": 1, "cache_hits": 0,
+                                                           "cache_misses": 1}
+    assert _files(user), "Inductor wrote nothing in the user's folder"
+    assert not (tmp_path / "neuron").exists() or not _files(tmp_path / "neuron")

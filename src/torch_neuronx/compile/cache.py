@@ -255,8 +255,15 @@ def _work_folder() -> str:
 
 
 def compiling() -> bool:
-    """Whether this thread is inside a neuron compile (its work folder is Inductor's cache)."""
-    return getattr(_state, "active", False)
+    """Whether this thread is inside a neuron compile, with or without this cache: compile_fx's calls
+    of itself are part of the outer compile."""
+    return getattr(_state, "compiling", False)
+
+
+def _in_work_folder() -> bool:
+    """Whether this thread's neuron compile runs in a work folder of this cache (Inductor's cache
+    for that compile); not when the user set Inductor's folder."""
+    return getattr(_state, "in_work_folder", False)
 
 
 @functools.cache  # the machine, its compiler and torch do not change within a process
@@ -283,7 +290,7 @@ def remember_vec_isa_probes() -> None:
 
     @functools.wraps(original)
     def check_build(self, code: str) -> bool:
-        if not compiling():
+        if not _in_work_folder():
             return original(self, code)
         key = f"{self} {hashlib.sha256(code.encode()).hexdigest()[:16]}"
         path = _probe_file()
@@ -321,7 +328,7 @@ def keep_loaded_artifacts(cache_module) -> None:
 
     @functools.wraps(original)
     def populate_caches(artifacts):
-        if not compiling():
+        if not _in_work_folder():
             _loaded_artifacts.append(artifacts)
         return original(artifacts)
 
@@ -345,9 +352,11 @@ def compile_with_cache(gm, example_inputs, options, compile_fn, graph: bool = Tr
     if compiling():
         return compile_fn()  # a nested compile of the same graph
     record = stats.begin_compile(gm, graph)
+    _state.compiling = True
     try:
         return _compile_cached(gm, example_inputs, options, compile_fn)
     finally:
+        _state.compiling = False
         stats.end_compile(record)
 
 
@@ -366,14 +375,14 @@ def _compile_cached(gm, example_inputs, options, compile_fn):
         _warn_uncached(e)
     work = _work_folder()
     manifest = restore(entry, work) if entry else None
-    _state.active = True
+    _state.in_work_folder = True
     try:
         with temporary_cache_dir(work), functorch_config.patch(force_non_lazy_backward_lowering=True):
             if manifest is None:
                 _seed()
             compiled = compile_fn()
     finally:
-        _state.active = False
+        _state.in_work_folder = False
     if entry and (manifest is None or set(_files(work)) - set(manifest)):  # a miss: Inductor wrote something
         try:
             publish(work, entry)
