@@ -9,11 +9,7 @@ import subprocess
 import sys
 
 import pytest
-import torch
-import transformers
 from conftest import run_python
-
-from torch_neuronx import demo
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -96,17 +92,11 @@ def readme_blocks():
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    """For the block that loads "path/to/checkpoint": a tiny Llama and its tokenizer."""
-    path = str(tmp_path_factory.mktemp("readme-checkpoint"))
-    tokenizer = demo.train_tokenizer(demo.TEXT, 512)
-    config = transformers.LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
-                                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                      max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id,
-                                      bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-    torch.manual_seed(0)
-    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    """For the block that loads "path/to/checkpoint": the examples' tiny Llama and its tokenizer."""
+    sys.path.insert(0, os.path.join(REPO, "examples"))
+    from _tiny import tiny_llama_checkpoint
+
+    return tiny_llama_checkpoint(str(tmp_path_factory.mktemp("readme-checkpoint")))
 
 
 def test_readme_has_python_blocks():
