@@ -131,7 +131,7 @@ def test_engine_starts_from_the_repository_root_with_cold_caches(models, tmp_pat
     out = run_vllm(f"""
         llm = engine({models["llama"]!r})
         result({{"tokens": tokens(llm.generate({PROMPTS[:2]!r}, greedy({NEW_TOKENS})))}})
-    """, cwd=repo, VLLM_CACHE_ROOT=str(tmp_path / "vllm-cache"), TORCH_NEURONX_CACHE_DIR=str(tmp_path / "neuron-cache"))
+    """, cwd=repo, VLLM_CACHE_ROOT=str(tmp_path / "vllm-cache"))
     assert out["tokens"] == hf_greedy(models["llama"], PROMPTS[:2])
     assert os.listdir(tmp_path / "vllm-cache"), "vLLM cached nothing: the cold path did not run"
 

@@ -6,8 +6,8 @@
 #include <c10/core/StreamGuard.h>
 
 #include <cstring>
+#include <map>
 #include <mutex>
-#include <set>
 #include <string>
 
 #include "core/allocator.h"
@@ -19,14 +19,29 @@
 namespace torch_neuronx {
 namespace {
 
-// Collectives are counted with the ops (torch_neuronx.op_counts()): every call is a queued task.
-OpRecord& collective_record(const char* name) {
+// What each collective ("neuron::allreduce", ...) is known by, made on its first call:
+// - its record, so collectives are counted with the ops (torch_neuronx.op_counts()): every call is
+//   a queued task;
+// - its task's name, which a profiler shows as the kernel: NCCL's pattern, "ncclKernel_" and the
+//   collective ("ncclKernel_allreduce"), since that is what HTA and TensorBoard's profiler plugin
+//   class as communication (a kernel's name is all they go by).
+// Kept for the process's life (leaked): a task's name must outlive the task, and queue workers may
+// outlive static teardown.
+struct Collective {
+  OpRecord* record = nullptr;
+  std::string kernel;
+};
+const Collective& collective(const char* name) {
   static std::mutex mu;
-  static std::map<std::string, OpRecord*> records;
+  static auto* known = new std::map<std::string, Collective>();
   std::lock_guard<std::mutex> lock(mu);
-  OpRecord*& r = records[name];
-  if (r == nullptr) r = &typed_op(name, "a collective: a task on the process group's stream");
-  return *r;
+  auto [it, fresh] = known->try_emplace(name);
+  if (fresh) {
+    it->second.record = &typed_op(name, "a collective: a task on the process group's stream");
+    const char* bare = std::strrchr(name, ':');
+    it->second.kernel = "ncclKernel_" + std::string(bare != nullptr ? bare + 1 : name);
+  }
+  return it->second;
 }
 
 // What the task tells its Work: whether the collective failed, and why.
@@ -107,18 +122,6 @@ class NeuronWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
-// The queue task's name, which a profiler shows as the kernel: NCCL's pattern, "ncclKernel_" and
-// the collective ("neuron::allreduce" runs "ncclKernel_allreduce"), since that is what HTA and
-// TensorBoard's profiler plugin class as communication (a kernel's name is all they go by). Kept
-// for the process's life: a task's name must outlive the task.
-const char* kernel_name(const char* op) {
-  static std::mutex mu;
-  static auto* names = new std::set<std::string>();  // leaked: queue workers may outlive teardown
-  const char* bare = std::strchr(op, ':') != nullptr ? std::strrchr(op, ':') + 1 : op;
-  std::lock_guard<std::mutex> lock(mu);
-  return names->insert("ncclKernel_" + std::string(bare)).first->c_str();
-}
-
 }  // namespace
 
 ProcessGroupNeuron::ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -190,11 +193,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(const char* name, c10
   for (const auto& t : tensors) {
     if (t.has_storage()) caching_allocator().recordStream(t.storage().data_ptr(), stream);
   }
+  const Collective& what = collective(name);
   checked([&] {
     neuronrt::Event ready;
     ready.record(caller);
     ready.block(queue);
-    seq = queue.submit(kernel_name(name),
+    seq = queue.submit(what.kernel.c_str(),
                        [shm_group = shm_, host_backend = host_, shm = std::move(shm), host = std::move(host), status] {
                          try {
                            if (host_backend) {
@@ -210,7 +214,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(const char* name, c10
                          }
                        });
   });
-  collective_record(name).count(Mode::kAsync);
+  what.record->count(Mode::kAsync);
   return c10::make_intrusive<NeuronWork>(rank_, type, stream, &queue, seq, std::move(status), std::move(outputs),
                                          blocking);
 }

@@ -115,7 +115,7 @@ def handler_for(collector: Collector):
             """The stdlib calls this for what it refuses before a handler runs (a malformed request
             line or headers, an unknown method): the same JSON as every other error, not its HTML."""
             if code == HTTPStatus.NOT_IMPLEMENTED and self.command:
-                # An unknown method: to this read-only API it is like any other it does not allow.
+                # A method with no do_ handler (POST, PUT, an unknown one): the API is read-only.
                 code, message = HTTPStatus.METHOD_NOT_ALLOWED, f"{self.command} is not allowed: the API is read-only"
             self.close_connection = True  # what follows a request it could not read cannot be trusted
             self._error(int(code), message or HTTPStatus(code).phrase)
@@ -156,12 +156,7 @@ def handler_for(collector: Collector):
                 return self._send(200, _metrics(collector), "text/plain; version=0.0.4; charset=utf-8")
             return self._error(404, f"no such endpoint: {path[:64]}")
 
-        do_HEAD = do_GET
-
-        def _refuse(self):
-            self._error(405, f"{self.command} is not allowed: the API is read-only")
-
-        do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _refuse
+        do_HEAD = do_GET  # every other method reaches send_error as unsupported, and gets its 405
 
     return Handler
 
