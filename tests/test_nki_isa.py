@@ -386,6 +386,31 @@ def test_device_and_host_runs_agree_and_the_trace_is_cached():
     assert torch.equal(dev.cpu(), host) and torch.equal(again.cpu(), x - y)
 
 
+@nki.jit
+def mulc_kernel(x, c):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    y = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=y, data=t, op0=nl.multiply, operand0=c[0] if isinstance(c, tuple) else c)
+    nl.store(out, y)
+    return out
+
+
+def test_a_constant_argument_is_cached_by_its_bits_not_its_value():
+    # 0.0 == -0.0 and 1 == 1.0 == True as Python values; each must trace its own kernel.
+    x = torch.ones(4, 8)
+    for c in [0.0, -0.0, (0.0,), (-0.0,)]:
+        got = mulc_kernel(x.to(N), c).cpu()
+        want = x * (c if isinstance(c, float) else c[0])
+        assert torch.equal(torch.signbit(got), torch.signbit(want)), c
+    torch_neuronx.reset_compile_stats()
+    for c in [float("nan"), float("nan")]:
+        got = mulc_kernel(x.to(N), c).cpu()
+        assert torch.isnan(got).all()
+    stats = torch_neuronx.compile_stats()
+    assert stats["nki_traces"] == 1 and stats["nki_cache_hits"] == 1  # a NaN constant is found again
+
+
 def test_nc_version_follows_the_device_profile():
     assert nisa.get_nc_version() == nisa.nc_version.gen3  # trn2, the default profile
 

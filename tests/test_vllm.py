@@ -13,6 +13,7 @@ import textwrap
 import time
 
 import httpx
+import psutil
 import pytest
 import torch
 import transformers
@@ -285,6 +286,16 @@ def test_bad_input_gives_clear_errors(models, tmp_path):
     assert out["after"] == hf_greedy(models["llama"], ["the"], 4)  # the engine still serves
 
 
+def test_serve_defaults_to_loopback_and_host_still_opens_it():
+    out = run_vllm("""
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+        parser = make_arg_parser(FlexibleArgumentParser())
+        result([parser.parse_args(["m"]).host, parser.parse_args(["m", "--host", "0.0.0.0"]).host])
+    """)
+    assert out == ["127.0.0.1", "0.0.0.0"]
+
+
 def _vllm_cli():
     return os.path.join(os.path.dirname(sys.executable), "vllm")
 
@@ -294,7 +305,7 @@ def server(models, tmp_path):
     port = 18000 + os.getpid() % 2000
     log = open(tmp_path / "serve.log", "w")
     proc = subprocess.Popen(
-        [_vllm_cli(), "serve", models["llama"], "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+        [_vllm_cli(), "serve", models["llama"], "--port", str(port), "--dtype", "float32",
          "--max-model-len", "128", "--kv-cache-memory-bytes", str(32 << 20), "--enforce-eager", "--seed", "0"],
         cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"},
         start_new_session=True,
@@ -323,6 +334,9 @@ def server(models, tmp_path):
 
 
 def test_vllm_serve_openai_api(server, models):
+    port = int(server.rpartition(":")[2])
+    listening = {c.laddr.ip for c in psutil.net_connections("tcp") if c.status == "LISTEN" and c.laddr.port == port}
+    assert listening == {"127.0.0.1"}, listening  # no --host given: loopback only, not vLLM's every interface
     tokenizer = transformers.AutoTokenizer.from_pretrained(models["llama"])
     client = httpx.Client(base_url=server, timeout=60)
     model = client.get("/v1/models").json()["data"][0]["id"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import struct
 import time
 from typing import NamedTuple
 
@@ -66,6 +67,18 @@ def _spec(a) -> Spec:
     return Spec(tuple(int(n) for n in a.shape), dtype)
 
 
+def _value_key(a):
+    """A non-tensor argument as a cache key. Floats are keyed by their bits: 0.0 == -0.0 and NaN != NaN
+    as values, but a kernel traced with one must not serve the other (or never be found again)."""
+    if isinstance(a, float):
+        return ("f", struct.pack("<d", a))
+    if isinstance(a, complex):
+        return ("c", struct.pack("<dd", a.real, a.imag))
+    if isinstance(a, tuple):
+        return tuple((type(x).__name__, _value_key(x)) for x in a)
+    return a
+
+
 class _Traced:
     __slots__ = ("program", "trace", "outputs", "result", "written_args", "scratch")
 
@@ -98,7 +111,7 @@ class Kernel:
                 raise TypeError(f"nki: kernel {self.fn.__name__} takes a {type(a).__name__} argument; kernel "
                                 f"arguments must be hashable (pass a tuple)")
             else:
-                key.append(("v", type(a).__name__, a))
+                key.append(("v", type(a).__name__, _value_key(a)))
         key.extend(sorted(kwargs))
         key = tuple(key)
         traced = self._cache.get(key)

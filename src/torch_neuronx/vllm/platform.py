@@ -15,6 +15,7 @@ from vllm.platforms.interface import Platform, PlatformEnum
 logger = init_logger("vllm." + __name__)
 
 _PACKAGE = __name__.rpartition(".")[0]
+LOOPBACK = "127.0.0.1"
 
 
 class NeuronPlatform(Platform):
@@ -25,6 +26,15 @@ class NeuronPlatform(Platform):
     dist_backend = "neuron"  # ProcessGroupNeuron
     device_control_env_var = "NEURON_RT_VISIBLE_CORES"
     simple_compile_backend = "neuron"
+
+    @classmethod
+    def pre_register_and_update(cls, parser=None) -> None:
+        # `vllm serve` binds every interface when --host is not given. A development server of a
+        # device plugin answers on loopback unless told otherwise, as `nobs serve` does.
+        host = next((a for a in getattr(parser, "_actions", ()) if "--host" in a.option_strings), None)
+        if host is not None and host.default is None:
+            host.default = LOOPBACK
+            host.help = f"Host name (neuron: {LOOPBACK} unless given; --host 0.0.0.0 opens every interface)."
 
     @classmethod
     def import_kernels(cls) -> None:
