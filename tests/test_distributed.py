@@ -422,3 +422,52 @@ def test_peer_failure_raises_within_timeout(tmp_path, mode):
     assert second["raised"] and second["seconds"] < 2, f"the next collective must fail at once: {second}"
     assert r.returncodes[0] == 0, r.tail()
     assert r.shm_leaked == [], f"shared memory left in /dev/shm: {r.shm_leaked}"
+
+
+# ---- strangers at the device-memory handshake (neuron backend only) ---------------------------
+
+HANDSHAKE_TIMEOUT_S = 5.0  # handshake.py's group timeout
+
+
+def _handshake(tmp_path, mode):
+    r = L.launch(os.path.join(HERE, "handshake.py"), 2, ["--device", "neuron", "--mode", mode], str(tmp_path),
+                 timeout=45, env=_env("neuron"))
+    assert not r.timed_out, r.tail()
+    assert sorted(r.ranks) == [0, 1], f"not every rank wrote a result:\n{r.tail()}"
+    assert r.shm_leaked == [], f"shared memory left in /dev/shm: {r.shm_leaked}"
+    return r
+
+
+@pytest.mark.skipif(_neuron_skip_reason() is not None, reason=str(_neuron_skip_reason()))
+@pytest.mark.parametrize("mode", ["silent", "impostors"])
+def test_strangers_at_the_device_memory_socket_do_not_stop_the_group(tmp_path, mode):
+    """Anyone on the host can connect to a rank's abstract `@neuronx-*-fds` socket. A stranger that
+    connects first and sends nothing must not hold the rank up, and a process of another user, or
+    of ours but not a rank, that claims to be rank 1 is refused: the group forms within its timeout
+    with the real rank's memory, and the all_reduce sums what the ranks put in."""
+    if mode == "impostors" and os.geteuid() != 0:
+        pytest.skip("running an intruder as another user needs root")
+    r = _handshake(tmp_path, mode)
+    want = [float(sum(k + 1 for k in range(2)))]  # the distinct values of the summed tensor
+    for k, rec in r.ranks.items():
+        assert rec["formed"] and rec["error"] == "", f"rank {k}: {rec['error']}\n{r.tail()}"
+        assert rec["seconds"] < HANDSHAKE_TIMEOUT_S, f"rank {k} took {rec['seconds']:.1f} s to form the group"
+        assert rec["sum"] == want, f"rank {k}: all_reduce gave the values {rec['sum']}, expected {want}"
+    assert "refused a connection to its device memory socket" in r.logs[0], r.tail()
+    if mode == "impostors":
+        assert f"(uid {65534})" in r.logs[0], r.tail()
+
+
+@pytest.mark.skipif(_neuron_skip_reason() is not None, reason=str(_neuron_skip_reason()))
+@pytest.mark.skipif(os.geteuid() != 0, reason="running an intruder as another user needs root")
+def test_device_memory_handshake_without_the_peer_times_out_naming_the_strangers(tmp_path):
+    """Only impostors reach rank 0 before its timeout (rank 1 comes later): rank 0 accepts none of
+    them as rank 1, and fails at the group's timeout naming the missing rank and who was refused."""
+    r = _handshake(tmp_path, "late_peer")
+    rec = r.ranks[0]
+    assert not rec["formed"], f"rank 0 formed a group with an impostor as rank 1: {rec}"
+    assert rec["seconds"] < HANDSHAKE_TIMEOUT_S + 3, rec
+    msg = rec["error"]
+    assert "timed out" in msg and "rank(s) [1]" in msg and "to share their device memory" in msg, msg
+    assert "2 connection(s) from processes that are not ranks of the group were refused" in msg, msg
+    assert not r.ranks[1]["formed"], r.ranks[1]

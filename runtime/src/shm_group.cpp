@@ -9,6 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
@@ -191,6 +192,18 @@ socklen_t abstract_address(const std::string& name, sockaddr_un& addr) {
 
 constexpr int kMaxSharedFds = 64;
 
+// The process at the other end of a unix socket (for a client socket: the listener's); uid -1 when unknown.
+ucred peer_of(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) cred = {0, static_cast<uid_t>(-1), 0};
+  return cred;
+}
+
+std::string describe(const ucred& cred) {
+  return "pid " + std::to_string(cred.pid) + " (uid " + std::to_string(static_cast<int64_t>(cred.uid)) + ")";
+}
+
 // One handshake message: the sender's rank and how many files, the files as SCM_RIGHTS.
 struct FdMessage {
   int32_t head[2] = {-1, 0};
@@ -208,6 +221,10 @@ struct FdMessage {
 
 }  // namespace
 
+// Anyone on the host can connect to an abstract socket, and its name is in the store. So a
+// connection counts only from a rank's own process: our uid, and the pid that rank wrote into the
+// segment (which only our uid can map). Every wait ends at the group's deadline, and a connection
+// that is not a rank is closed while the accept loop goes on waiting for the real ones.
 void ShmGroup::exchange_fds() {
   const int n = opts_.size;
   peer_fds_.assign(n, {});
@@ -215,12 +232,18 @@ void ShmGroup::exchange_fds() {
   for (int fd : opts_.share_fds) peer_fds_[opts_.rank].push_back(dup(fd));
   if (n == 1 || opts_.share_fds.empty()) return;
   if (opts_.share_fds.size() > size_t(kMaxSharedFds)) throw std::invalid_argument("neuron: too many devices to share");
+  const auto start = std::chrono::steady_clock::now();
+  auto left_ms = [&] {
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    return std::clamp<int64_t>((opts_.timeout - waited).count(), 0, INT32_MAX);
+  };
   Socket listener(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   const std::string name = segment_name().substr(1) + "-fds";
   sockaddr_un addr;
   socklen_t len = abstract_address(name, addr);
+  // A long backlog: strangers' connections queued ahead must not make the ranks' connect() wait.
   if (listener.fd < 0 || bind(listener.fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
-      listen(listener.fd, n) != 0) {
+      listen(listener.fd, SOMAXCONN) != 0) {
     throw std::runtime_error("neuron: cannot open a socket to share device memory with " + opts_.label + ": " +
                              errno_text());
   }
@@ -229,7 +252,27 @@ void ShmGroup::exchange_fds() {
   for (int q = 0; q < n; ++q) {
     if (q == opts_.rank) continue;
     len = abstract_address(opts_.store_get("neuronx_fds/" + std::to_string(q)), addr);
+    const std::string to = "rank " + std::to_string(q) + " of " + opts_.label;
     Socket s(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    const int64_t ms = std::max<int64_t>(left_ms(), 1);  // 0 would mean no limit
+    const timeval limit{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
+    if (s.fd < 0 || setsockopt(s.fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit)) != 0 ||
+        connect(s.fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+      const bool late = errno == EAGAIN || errno == EINPROGRESS;
+      throw std::runtime_error("neuron: cannot share device memory with " + to + ": " +
+                               (late ? "timed out connecting (timeout " + std::to_string(opts_.timeout.count()) +
+                                           " ms, set by init_process_group(timeout=...))"
+                                     : errno_text() + " (are all ranks in one network namespace?)"));
+    }
+    // The name came through the store, which others may write: our memory goes to rank q's process only.
+    const ucred cred = peer_of(s.fd);
+    const int32_t pid = state(q)->pid.load(std::memory_order_acquire);
+    if (cred.uid != geteuid() || cred.pid <= 0 || cred.pid != pid) {
+      throw std::runtime_error("neuron: will not share device memory with " + to +
+                               ": the socket named for it belongs to " + describe(cred) + ", not to rank " +
+                               std::to_string(q) + "'s process (pid " + std::to_string(pid) + ", uid " +
+                               std::to_string(geteuid()) + ")");
+    }
     FdMessage m;
     m.head[0] = opts_.rank;
     m.head[1] = static_cast<int32_t>(opts_.share_fds.size());
@@ -239,31 +282,83 @@ void ShmGroup::exchange_fds() {
     c->cmsg_type = SCM_RIGHTS;
     c->cmsg_len = CMSG_LEN(sizeof(int) * opts_.share_fds.size());
     std::memcpy(CMSG_DATA(c), opts_.share_fds.data(), sizeof(int) * opts_.share_fds.size());
-    if (s.fd < 0 || connect(s.fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || sendmsg(s.fd, &m.msg, 0) < 0) {
-      throw std::runtime_error("neuron: cannot share device memory with rank " + std::to_string(q) + " of " +
-                               opts_.label + ": " + errno_text() + " (are all ranks in one network namespace?)");
+    if (sendmsg(s.fd, &m.msg, MSG_NOSIGNAL) < 0) {
+      throw std::runtime_error("neuron: cannot share device memory with " + to + ": " + errno_text());
     }
   }
-  for (int received = 0; received < n - 1; ++received) {
+  int rejected = 0;
+  std::string last_rejected;
+  for (;;) {
+    std::vector<int> missing;
+    for (int r = 0; r < n; ++r)
+      if (r != opts_.rank && peer_fds_[r].empty()) missing.push_back(r);
+    if (missing.empty()) return;
     pollfd p{listener.fd, POLLIN, 0};
-    const int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(opts_.timeout.count(), INT32_MAX)));
+    const int ready = poll(&p, 1, static_cast<int>(left_ms()));
+    if ((ready < 0 && errno == EINTR) || (ready == 0 && left_ms() > 0)) continue;  // a timeout past poll's range
     if (ready <= 0) {
-      throw std::runtime_error("neuron: " + opts_.label + ": timed out waiting for the other ranks' device memory");
+      throw std::runtime_error(
+          "neuron: " + opts_.label + ": timed out after " + std::to_string(opts_.timeout.count()) +
+          " ms waiting for rank(s) " + rank_list(missing) +
+          " to share their device memory (timeout set by init_process_group(timeout=...))" +
+          (rejected ? "; meanwhile " + std::to_string(rejected) +
+                          " connection(s) from processes that are not ranks of the group were refused, the last: " +
+                          last_rejected
+                    : std::string()));
     }
     Socket c(accept4(listener.fd, nullptr, nullptr, SOCK_CLOEXEC));
-    FdMessage m;
-    const int32_t from = c.fd < 0 ? -1 : (recvmsg(c.fd, &m.msg, MSG_CMSG_CLOEXEC) == sizeof(m.head) ? m.head[0] : -1);
-    if (from < 0 || from >= n) {
-      throw std::runtime_error("neuron: " + opts_.label + ": a malformed device memory handshake: " + errno_text());
+    if (c.fd < 0) {
+      if (errno == ECONNABORTED || errno == EINTR || errno == EAGAIN) continue;
+      throw std::runtime_error("neuron: " + opts_.label + ": cannot accept the other ranks' device memory: " +
+                               errno_text());
     }
-    for (cmsghdr* cm = CMSG_FIRSTHDR(&m.msg); cm != nullptr; cm = CMSG_NXTHDR(&m.msg, cm)) {
-      if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
-      const size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      std::vector<int> fds(count);
-      std::memcpy(fds.data(), CMSG_DATA(cm), count * sizeof(int));
-      peer_fds_[from] = std::move(fds);
+    if (const std::string why = receive_fds(c.fd, missing, static_cast<int>(left_ms())); !why.empty()) {
+      if (rejected++ == 0) {
+        std::fprintf(stderr, "neuron: %s: refused a connection to its device memory socket: %s\n",
+                     opts_.label.c_str(), why.c_str());
+      }
+      last_rejected = why;
     }
   }
+}
+
+std::string ShmGroup::receive_fds(int fd, const std::vector<int>& missing, int wait_ms) {
+  // Judged before reading anything: a stranger that sends nothing costs no wait.
+  const ucred cred = peer_of(fd);
+  if (cred.uid != geteuid()) return describe(cred) + ", another user than this rank's uid " + std::to_string(geteuid());
+  auto is_missing_rank = [&](int r) {
+    return cred.pid > 0 && std::find(missing.begin(), missing.end(), r) != missing.end() &&
+           cred.pid == state(r)->pid.load(std::memory_order_acquire);
+  };
+  if (std::none_of(missing.begin(), missing.end(), is_missing_rank)) {
+    return describe(cred) + ", not the process of rank(s) " + rank_list(missing);
+  }
+  pollfd p{fd, POLLIN, 0};
+  if (poll(&p, 1, wait_ms) <= 0) return describe(cred) + ", a rank's process, sent nothing in time";
+  FdMessage m;
+  const ssize_t got = recvmsg(fd, &m.msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  std::vector<int> fds;
+  for (cmsghdr* cm = got < 0 ? nullptr : CMSG_FIRSTHDR(&m.msg); cm != nullptr; cm = CMSG_NXTHDR(&m.msg, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    const size_t at = fds.size();
+    fds.resize(at + count);
+    std::memcpy(fds.data() + at, CMSG_DATA(cm), count * sizeof(int));
+  }
+  const int from = m.head[0];
+  std::string why;
+  if (got != sizeof(m.head) || (m.msg.msg_flags & MSG_CTRUNC) || fds.empty() || fds.size() != size_t(m.head[1])) {
+    why = describe(cred) + " sent a malformed device memory handshake";
+  } else if (!is_missing_rank(from)) {
+    why = describe(cred) + " claimed to be rank " + std::to_string(from) +
+          ", which it is not (or that rank was heard from already)";
+  }
+  if (!why.empty()) {
+    for (int f : fds) close(f);
+    return why;
+  }
+  peer_fds_[from] = std::move(fds);
+  return {};
 }
 
 uint8_t* ShmGroup::peer(int r, const Location& where) {

@@ -4,8 +4,14 @@
 
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstddef>
 
 #include <condition_variable>
 #include <cstring>
@@ -79,7 +85,122 @@ int neuronx_segments() {
   return n;
 }
 
+// A process that is no rank (a fork: another pid) at the device-memory socket `name`: with `claim`
+// it sends what rank 1 would, with a memory file of its own; else nothing. It holds the connection
+// until the rank closes it. Returns once it is connected.
+pid_t connect_stranger(const std::string& name, bool claim) {
+  int ready[2];
+  if (pipe(ready) != 0) return -1;
+  const pid_t pid = fork();
+  if (pid == 0) {  // only system calls here: other threads may hold locks the child inherits
+    alarm(30);
+    const int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path + 1, name.data(), name.size());
+    const socklen_t len = offsetof(sockaddr_un, sun_path) + 1 + name.size();
+    if (connect(s, reinterpret_cast<sockaddr*>(&addr), len) != 0) _exit(1);
+    if (claim) {
+      int fd = memfd_create("stranger", 0);
+      if (ftruncate(fd, 1 << 20) != 0) _exit(1);
+      int32_t head[2] = {1, 1};
+      iovec iov{head, sizeof(head)};
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+      msghdr msg{};
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof(control);
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+      if (sendmsg(s, &msg, 0) < 0) _exit(1);
+    }
+    if (write(ready[1], "x", 1) != 1) _exit(1);
+    char byte;
+    while (read(s, &byte, 1) > 0) {
+    }
+    _exit(0);
+  }
+  close(ready[1]);
+  char byte = 0;
+  const bool connected = read(ready[0], &byte, 1) == 1;
+  close(ready[0]);
+  return connected ? pid : -1;
+}
+
+// Two ranks on threads, each with a memory file for device memory (byte 4096 = 10 + rank); rank
+// 0's socket has a silent stranger and one that claims to be rank 1 queued before rank 1 learns
+// its name. `rank1_late` holds rank 0's name back from rank 1 for that long. Returns each rank's
+// exception text, or "" when it read every rank's byte.
+std::vector<std::string> meet_past_strangers(std::chrono::milliseconds timeout, std::chrono::milliseconds rank1_late) {
+  constexpr size_t kBytes = 1 << 20;
+  Store store;
+  std::vector<int> fds(2);
+  for (int r = 0; r < 2; ++r) {
+    fds[r] = memfd_create("test-device", MFD_CLOEXEC);
+    EXPECT_EQ(ftruncate(fds[r], kBytes), 0);
+    const uint8_t byte = static_cast<uint8_t>(10 + r);
+    EXPECT_EQ(pwrite(fds[r], &byte, 1, 4096), 1);
+  }
+  std::vector<pid_t> strangers;
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        ShmGroupOptions o = options(store, r, 2, timeout, {fds[r]});
+        o.store_set = [&, r, set = o.store_set](const std::string& k, const std::string& v) {
+          if (r == 0 && k == "neuronx_fds/0") strangers = {connect_stranger(v, false), connect_stranger(v, true)};
+          set(k, v);
+        };
+        o.store_get = [&, r, get = o.store_get](const std::string& k) {
+          if (r == 1 && k == "neuronx_fds/0") std::this_thread::sleep_for(rank1_late);
+          return get(k);
+        };
+        ShmGroup g(std::move(o));
+        for (int q = 0; q < 2; ++q) {
+          if (*g.peer(q, {0, 4096}) != 10 + q) throw std::runtime_error("wrong byte from rank " + std::to_string(q));
+        }
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (pid_t pid : strangers) {
+    EXPECT_GT(pid, 0) << "a stranger could not connect";
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+  for (int fd : fds) close(fd);
+  return errors;
+}
+
 }  // namespace
+
+TEST(ShmGroup, StrangersAtTheDeviceMemorySocketAreRefusedAndTheRanksStillMeet) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto errors = meet_past_strangers(std::chrono::seconds(20), std::chrono::milliseconds(0));
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "a silent stranger held rank 0 up";
+}
+
+TEST(ShmGroup, TheDeviceMemoryHandshakeTimesOutNamingTheRefusedStrangers) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto errors = meet_past_strangers(std::chrono::seconds(1), std::chrono::milliseconds(1500));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  for (const char* part : {"timed out after 1000 ms waiting for rank(s) [1] to share their device memory",
+                           "2 connection(s) from processes that are not ranks of the group were refused",
+                           "not the process of rank(s) [1]"}) {
+    EXPECT_NE(errors[0].find(part), std::string::npos) << errors[0];
+  }
+}
 
 TEST(ShmGroup, EveryRankReadsEveryRanksBufferEachRound) {
   constexpr int kSize = 3, kRounds = 200;

@@ -10,7 +10,9 @@
 //   halves by round parity: a rank can only start round r+2 (the same half as r) after round r+1's
 //   arrivals, and a rank arrives at r+1 only after it finished reading round r.
 // - Device memory is shared: each rank hands the others its devices' memory files (SCM_RIGHTS
-//   over abstract unix sockets named through the store; nothing to clean up), and peer(r, loc)
+//   over abstract unix sockets named through the store; nothing to clean up). Either end checks
+//   the other's credentials (our uid, the pid the rank wrote into the segment) and refuses
+//   strangers, and the handshake ends by the group's timeout. peer(r, loc)
 //   maps rank r's device memory on first use. Collectives publish where their tensors are in a
 //   round, then read and write the peers' tensors in place, as DMA between NeuronCores does.
 // - Point to point: one channel per ordered pair, two chunks deep; the sender blocks only when
@@ -101,6 +103,8 @@ class ShmGroup {
   void fail(const std::string& message);
   void check_signatures();
   void exchange_fds();
+  // Takes one rank's device memory files from an accepted connection; empty, or why it was refused.
+  std::string receive_fds(int fd, const std::vector<int>& missing, int wait_ms);
   RankState* state(int r) const;
   Channel& channel(int src, int dst) const;
   uint8_t* chunk(int src, int dst, uint64_t index) const;
