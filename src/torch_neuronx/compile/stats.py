@@ -184,9 +184,10 @@ def graph_recaptured() -> None:
 def compile_stats() -> dict:
     """{"graphs_compiled", "programs", "cache_hits", "cache_misses", "recompiles", "recompile_reasons",
     "graph_breaks", "recompile_limit_hits", "compile_seconds", "nki_traces", "nki_cache_hits",
-    "graph_fallbacks", "graph_recaptures"} since the process started or the last reset. graphs_compiled counts the graphs Dynamo traced; programs
-    the static programs built from them (one per graph, or one per input signature of a symbolic
-    graph); cache_hits and cache_misses are per program. nki_traces counts NKI kernels traced into a
+    "graph_fallbacks", "graph_recaptures"} since the process started or the last reset.
+    graphs_compiled counts the graphs Dynamo traced; programs the static programs built from them
+    (one per graph, or one per input signature of a symbolic graph); cache_hits and cache_misses are
+    per program. nki_traces counts NKI kernels traced into a
     program (once per signature), nki_cache_hits the calls that reused one. graph_fallbacks maps
     each reason a mode="reduce-overhead" call ran without a graph to its calls; graph_recaptures
     counts graphs captured again because a parameter moved (compile/graphed.py)."""
