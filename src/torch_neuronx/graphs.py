@@ -18,7 +18,7 @@ generator from the neuron generator at capture (which advances as if the op had 
 replay continues that generator's sequence. So the first replay draws what the op would have
 drawn at capture, the same seed before the capture gives the same replays, and replays neither
 read nor advance the neuron generator (torch.neuron.manual_seed after the capture does not
-change them).
+change them; on CUDA, a replay advances the generator and follows a later manual_seed).
 """
 from __future__ import annotations
 
