@@ -101,6 +101,39 @@ def test_memory_a_capture_freed_is_not_handed_out_while_the_graph_lives():
         g.replay()
 
 
+def test_each_replay_draws_fresh_random_numbers_continuing_the_capture():
+    torch.rand(4, device=N)  # warm-up
+    torch.neuron.synchronize()
+
+    def capture_and_replay(seed, replays=3):
+        torch.manual_seed(seed)
+        g = torch.neuron.NeuronGraph()
+        with torch.neuron.graph(g):
+            out = torch.rand(4, device=N)
+        state = torch.neuron.get_rng_state()
+        draws = []
+        for _ in range(replays):
+            g.replay()
+            draws.append(out.cpu())
+        assert torch.equal(torch.neuron.get_rng_state(), state)  # replays neither read nor advance it
+        return torch.stack(draws)
+
+    draws = capture_and_replay(3)
+    assert len({tuple(d.tolist()) for d in draws}) == len(draws)  # fresh at each replay
+    torch.manual_seed(3)
+    torch.testing.assert_close(draws[0], torch.rand(4, device=N).cpu())  # the first: the capture's draw
+    torch.testing.assert_close(capture_and_replay(3), draws)  # the same seed, the same replays
+
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: x + torch.rand_like(x), backend="neuron", mode="reduce-overhead")
+    x = torch.zeros(4, device=N)
+    with torch.no_grad():
+        results = [f(x).cpu() for _ in range(5)]  # compile, warm-up, capture, replays
+    torch._dynamo.reset()
+    assert len({tuple(r.tolist()) for r in results}) == len(results)
+    assert all(bool(((r >= 0) & (r < 1)).all()) for r in results)
+
+
 def test_make_graphed_callables_trains_like_eager():
     torch.manual_seed(0)
     eager = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))

@@ -11,8 +11,14 @@ tensors a capture creates are the graph's static outputs, which each replay over
 Anything that waits for the capturing stream — `.item()`, printing a tensor, copying it to the
 host, synchronize — raises "operation not permitted when stream is capturing" and invalidates
 the capture, as on CUDA; the stream stays usable. What a replay cannot do differently from the
-capture: inputs are the tensors the capture read (copy new values into them), shapes are fixed,
-and random ops replay the numbers drawn at capture.
+capture: inputs are the tensors the capture read (copy new values into them), and shapes are fixed.
+
+Random ops draw fresh numbers at each replay, as on CUDA: a random op captured takes its own
+generator from the neuron generator at capture (which advances as if the op had run), and each
+replay continues that generator's sequence. So the first replay draws what the op would have
+drawn at capture, the same seed before the capture gives the same replays, and replays neither
+read nor advance the neuron generator (torch.neuron.manual_seed after the capture does not
+change them; on CUDA, a replay advances the generator and follows a later manual_seed).
 """
 from __future__ import annotations
 

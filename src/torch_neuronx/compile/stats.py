@@ -20,11 +20,12 @@ _lock = threading.Lock()
 def _fresh() -> dict:
     return {"graphs_compiled": 0, "programs": 0, "cache_hits": 0, "cache_misses": 0, "recompiles": 0,
             "recompile_reasons": [], "graph_breaks": 0, "recompile_limit_hits": 0, "compile_seconds": 0.0,
-            "nki_traces": 0, "nki_cache_hits": 0}
+            "nki_traces": 0, "nki_cache_hits": 0, "graph_fallbacks": {}, "graph_recaptures": 0}
 
 
 _stats = _fresh()
 _graph_break_baseline = 0
+_warned_fallbacks: set = set()  # once per process, not per reset: a warning says what to look at
 # The frame compile Dynamo is running on this thread: when it started, whether it compiled a neuron
 # graph (its time is neuron's), and whether this process has compiled any neuron graph yet.
 _frame = threading.local()
@@ -163,15 +164,36 @@ def count_nki_call(traced: bool) -> None:
         _stats["nki_traces" if traced else "nki_cache_hits"] += 1
 
 
+def graph_fallback(reason: str) -> None:
+    """A mode="reduce-overhead" call that ran its program without a graph (compile/graphed.py)."""
+    with _lock:
+        _stats["graph_fallbacks"][reason] = _stats["graph_fallbacks"].get(reason, 0) + 1
+        first = reason not in _warned_fallbacks
+        _warned_fallbacks.add(reason)
+    if first:
+        warnings.warn(f"neuron: mode='reduce-overhead' runs a program without a graph: {reason}. Counted in "
+                      "torch_neuronx.compile_stats()['graph_fallbacks'].", stacklevel=3)
+
+
+def graph_recaptured() -> None:
+    """A parameter or static buffer of a graphed program moved, so its graph was captured again."""
+    with _lock:
+        _stats["graph_recaptures"] += 1
+
+
 def compile_stats() -> dict:
     """{"graphs_compiled", "programs", "cache_hits", "cache_misses", "recompiles", "recompile_reasons",
-    "graph_breaks", "recompile_limit_hits", "compile_seconds", "nki_traces", "nki_cache_hits"} since
-    the process started or the last reset. graphs_compiled counts the graphs Dynamo traced; programs
-    the static programs built from them (one per graph, or one per input signature of a symbolic
-    graph); cache_hits and cache_misses are per program. nki_traces counts NKI kernels traced into a
-    program (once per signature), nki_cache_hits the calls that reused one."""
+    "graph_breaks", "recompile_limit_hits", "compile_seconds", "nki_traces", "nki_cache_hits",
+    "graph_fallbacks", "graph_recaptures"} since the process started or the last reset.
+    graphs_compiled counts the graphs Dynamo traced; programs the static programs built from them
+    (one per graph, or one per input signature of a symbolic graph); cache_hits and cache_misses are
+    per program. nki_traces counts NKI kernels traced into a
+    program (once per signature), nki_cache_hits the calls that reused one. graph_fallbacks maps
+    each reason a mode="reduce-overhead" call ran without a graph to its calls; graph_recaptures
+    counts graphs captured again because a parameter moved (compile/graphed.py)."""
     with _lock:
-        out = dict(_stats, recompile_reasons=list(_stats["recompile_reasons"]))
+        out = dict(_stats, recompile_reasons=list(_stats["recompile_reasons"]),
+                   graph_fallbacks=dict(_stats["graph_fallbacks"]))
     out["graph_breaks"] = _graph_breaks() - _graph_break_baseline if "torch._dynamo" in sys.modules else 0
     return out
 
