@@ -127,6 +127,41 @@ def test_symbolic_graphs_train_as_a_static_program_per_shape(how):
     assert s["graphs_compiled"] == 1 and s["recompiles"] == 0 and s["programs"] == 3, s
 
 
+_THREADS_COMPILING = """
+import threading, traceback, torch
+
+for scale in (2, 3, 4):  # each round compiles new graphs: no round is served by the cache
+    torch._dynamo.reset()
+    fns = [lambda x: (x * scale + 1).sin(), lambda x: x.cumsum(0) - x.mean() * scale,
+           lambda x: torch.nn.functional.gelu(x) * x.shape[0] + scale]
+    errors, start = [], threading.Barrier(len(fns))
+
+    def work(f):
+        try:
+            start.wait()
+            compiled = torch.compile(f, backend="neuron", dynamic=True)
+            for n in (3, 5, 3):
+                x = torch.randn(n, 4)
+                torch.testing.assert_close(compiled(x.to("neuron")).cpu(), f(x))
+        except Exception:
+            errors.append(traceback.format_exc())
+
+    threads = [threading.Thread(target=work, args=(f,)) for f in fns]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    print("ok" if not errors else "".join(errors))
+"""
+
+
+def test_threads_compiling_symbolic_graphs_at_once_match_eager(tmp_path):
+    """Three threads each compile a dynamic=True function at once, three rounds: one thread's
+    per-shape programs compile while the others trace and run theirs, and in the first round (a
+    fresh process) all three look up the backend "neuron" for the first time."""
+    r = run_python(_THREADS_COMPILING, {"TORCH_NEURONX_CACHE_DIR": str(tmp_path)}, timeout=600)
+    assert r.returncode == 0 and r.stdout.split("\n")[:3] == ["ok"] * 3, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "compile cache" not in r.stderr, r.stderr[-3000:]  # each compile kept to its own work folder
+
+
 @pytest.mark.parametrize("backend", ["neuron", "inductor"])
 def test_counters_cover_both_backends_and_the_whole_compile_time(backend):
     import time

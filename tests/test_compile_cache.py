@@ -2,6 +2,7 @@
 (written atomically, verified, evicted whole), and a cache that cannot be written, or is read-only,
 never fails a compile. Each process-level test runs in a fresh interpreter with the cache settings
 it names and none inherited."""
+import hashlib
 import json
 import os
 import shutil
@@ -258,6 +259,44 @@ def test_restore_checks_every_file_against_the_manifest(tmp_path):
     (entry / "ab" / "w.py").write_bytes(b"call = 2\n")  # same size, other content
     assert cache.restore(str(entry), str(tmp_path / "into")) is None
     assert not entry.exists() and _files(tmp_path / "into") == []  # removed; nothing of it is loaded
+
+
+@pytest.mark.parametrize("name", ["../planted", "absolute"])
+def test_a_manifest_naming_a_file_outside_its_entry_is_damaged(tmp_path, name):
+    """A crafted manifest must not make a hit read or write outside the entry and the work folder
+    (restore joins each name to both): the entry is damaged, and nothing is copied."""
+    from torch_neuronx.compile import cache
+
+    (tmp_path / "cache").mkdir()
+    entry = _entry(cache, tmp_path, "e", {"ab/k.so": b"x" * 600})
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep me")
+    source = victim if name == "absolute" else entry / name
+    source.write_bytes(b"keep me")
+    manifest = json.loads((entry / cache.MANIFEST).read_text())
+    manifest[str(victim) if name == "absolute" else name] = [7, hashlib.sha256(b"keep me").hexdigest()]
+    (entry / cache.MANIFEST).write_text(json.dumps(manifest))
+    (tmp_path / "into").mkdir()
+    assert cache.restore(str(entry), str(tmp_path / "into")) is None
+    assert not entry.exists() and _files(tmp_path / "into") == []
+    assert not (tmp_path / "planted").exists() and victim.read_bytes() == b"keep me"
+
+
+def test_a_hit_on_a_manifest_naming_a_file_outside_its_entry_compiles_again(tmp_path, warm_cache):
+    shutil.copytree(warm_cache, tmp_path / "cache")
+    [manifest] = [p for p in _files(tmp_path / "cache") if p.endswith("MANIFEST.json")]
+    with open(manifest) as f:
+        files = json.load(f)
+    with open(os.path.join(os.path.dirname(manifest), "..", "escaped"), "wb") as f:
+        f.write(b"x")
+    files["../escaped"] = [1, hashlib.sha256(b"x").hexdigest()]
+    with open(manifest, "w") as f:
+        json.dump(files, f)
+    (tmp_path / "tmp").mkdir()  # the work folders', so a file written next to one stays in tmp_path
+    env = {"TORCH_NEURONX_CACHE_DIR": str(tmp_path / "cache"), "TMPDIR": str(tmp_path / "tmp")}
+    assert _compile(env) == ("0 1", [])  # a miss: damaged, compiled again
+    assert not (tmp_path / "tmp" / "escaped").exists()
+    assert _compile(env) == ("1 0", [])  # and the entry written again is whole
 
 
 # Compiles a small training step on neuron; with MODE=save it writes torch.compiler's cache

@@ -137,3 +137,17 @@ def test_dynamo_reset_calls_again():
     torch._dynamo.reset()  # clears Dynamo's compile callbacks; the patch registers neuron's again
     assert stats._frame_started in callback_handler.start_callbacks
     assert stats._frame_ended in callback_handler.end_callbacks
+
+
+def test_dynamo_backend_registered_once():
+    from torch._dynamo.backends import registry
+
+    from torch_neuronx.compile.backend import neuron_backend
+
+    assert getattr(registry.register_backend, "_neuron", False), "patch dynamo_backend_registered_once is not installed"
+    assert "register_backend(" in inspect.getsource(registry.lookup_backend), \
+        "patch dynamo_backend_registered_once: lookup_backend no longer registers an entry-point backend"
+    assert registry.lookup_backend("neuron") is neuron_backend
+    assert registry.register_backend(neuron_backend, "neuron") is neuron_backend  # a second thread's load
+    with pytest.raises(AssertionError, match="duplicate name: neuron"):
+        registry.register_backend(lambda gm, inputs: gm, "neuron")

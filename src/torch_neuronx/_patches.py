@@ -567,6 +567,28 @@ def dynamo_function_names_when_logged() -> None:
     after_import("torch._dynamo.symbolic_convert", patch)
 
 
+def dynamo_backend_registered_once() -> None:
+    """Dynamo's lookup_backend registers an entry-point backend ("neuron") at its first use; two
+    threads calling torch.compile at once both do, and the second fails with 'duplicate name:
+    neuron'. The very function already registered under that name is no duplicate (others are)."""
+
+    def patch(registry):
+        original = registry.register_backend
+        if getattr(original, "_neuron", False):
+            return
+
+        @functools.wraps(original)
+        def register_backend(compiler_fn=None, name=None, tags=()):
+            if compiler_fn is not None and registry._COMPILER_FNS.get(name or compiler_fn.__name__) is compiler_fn:
+                return compiler_fn
+            return original(compiler_fn, name, tags)
+
+        register_backend._neuron = True
+        registry.register_backend = register_backend
+
+    after_import("torch._dynamo.backends.registry", patch)
+
+
 def install() -> None:
     tensor_printing()
     linear_cross_entropy_defaults()
@@ -578,3 +600,4 @@ def install() -> None:
     flex_attention_device_check()
     generate_static_cache_programs()
     dynamo_function_names_when_logged()
+    dynamo_backend_registered_once()

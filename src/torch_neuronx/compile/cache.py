@@ -28,7 +28,9 @@ inside an entry publishes the entry again, with both programs).
   SHA-256) written last, and the folder renamed into place: readers see a whole entry or none.
 - Verified: a hit copies the entry into the compile's work folder, hashing as it copies; a file
   that does not match the manifest makes the entry damaged: it is removed, and the compile is a
-  miss that writes it again. Inductor only ever loads the verified copies.
+  miss that writes it again. So does a manifest that names a file outside the entry (an absolute
+  path, or one through '..'): nothing is read or written for it. Inductor only ever loads the
+  verified copies.
 - Evicted whole: after each write the least recently used entries (a hit touches the manifest) are
   removed until the folder fits TORCH_NEURONX_CACHE_SIZE (default 10 GiB); a limit smaller than one
   entry keeps none.
@@ -174,6 +176,17 @@ def _remove(folder: str) -> None:
     shutil.rmtree(folder, ignore_errors=True)  # a read-only cache keeps it: then it is only skipped
 
 
+def _check_names(manifest) -> None:
+    """Raises ValueError unless each name of the manifest is a file inside its entry: the name is
+    joined to the entry to read and to the work folder to write, so an absolute one or one through
+    '..' would read and write elsewhere."""
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{MANIFEST} is not a table of files")
+    for name in manifest:
+        if os.path.isabs(name) or os.path.normpath(name) != name or name == "." or name.split(os.sep)[0] == "..":
+            raise ValueError(f"{MANIFEST} names {name!r}, which is not a file inside its entry")
+
+
 def restore(entry: str, work: str) -> dict | None:
     """Copies a verified entry into the work folder and returns its manifest; a missing entry gives
     None, a damaged one is removed and gives None (the work folder is emptied again)."""
@@ -183,6 +196,7 @@ def restore(entry: str, work: str) -> dict | None:
     try:
         with open(manifest_path) as f:
             manifest = json.load(f)
+        _check_names(manifest)
         if _copy(entry, work, manifest) == manifest:
             with contextlib.suppress(OSError):
                 os.utime(manifest_path)  # most recently used (not on a read-only cache)

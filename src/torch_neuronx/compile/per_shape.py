@@ -11,10 +11,14 @@ length of a sliding-window KV cache — do not change the program's shapes, so t
 of it: the program is compiled with them symbolic, and a guard Inductor adds on one while
 compiling (a branch it took, a value it assumed) is checked at each call; a call that fails it
 compiles another program for its values.
+
+A program is compiled at a call, after Dynamo's compile of the graph, and in the calling thread:
+it is compiled as Dynamo compiles a frame, under Dynamo's compile lock (Inductor's pattern
+registries, its cache folder, FX's tracing flag are process-wide) and inside a compile session
+(torch.compiler.is_compiling() holds: another thread entering a compiled function meanwhile must
+not take this compile's FX tracing for its own).
 """
 from __future__ import annotations
-
-import threading
 
 import torch
 
@@ -68,14 +72,16 @@ class PerShape:
         self.gm, self.compile_fn = gm, compile_fn  # compile_fn(gm, inputs) -> a compiled callable
         self.value_only = value_only_ints(gm, example_inputs)
         self.programs: dict = {}  # signature -> [_Program]
-        self.lock = threading.Lock()  # two threads calling with a new signature compile it once
 
     def __call__(self, *args):
         key = signature(args, self.value_only)
         for program in self.programs.get(key, ()):
             if program.admits(args):
                 return program.fn(*args)
-        with self.lock:
+        from torch._dynamo.convert_frame import compile_lock
+
+        with compile_lock, torch.compiler._compile_session_context():
+            # two threads calling with a new signature compile it once
             program = next((p for p in self.programs.get(key, ()) if p.admits(args)), None)
             if program is None:
                 program = self._specialize(args)
