@@ -25,6 +25,7 @@
 
 #include <c10/core/Allocator.h>
 
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -105,6 +106,16 @@ std::string format_bytes(uint64_t n) {
     snprintf(buf, sizeof buf, "%.2f MiB", n / double(1ull << 20));
   else
     snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(n));
+  return buf;
+}
+
+// The shortest text that reads back as `x` (1.0000001 stays 1.0000001, where %g gives 1).
+std::string format_fraction(double x) {
+  char buf[32];
+  for (int digits = 1; digits <= 17; ++digits) {
+    snprintf(buf, sizeof buf, "%.*g", digits, x);
+    if (std::strtod(buf, nullptr) == x) break;
+  }
   return buf;
 }
 
@@ -348,7 +359,7 @@ class Allocator final : public CachingAllocator {
   }
 
   void set_memory_fraction(double fraction, c10::DeviceIndex device) override {
-    TORCH_CHECK(fraction >= 0.0 && fraction <= 1.0, "neuron: invalid memory fraction ", fraction,
+    TORCH_CHECK(fraction >= 0.0 && fraction <= 1.0, "neuron: invalid memory fraction ", format_fraction(fraction),
                 ": it must be between 0 and 1");
     auto& st = state(device);
     std::lock_guard<std::mutex> lock(st.mu);
@@ -397,10 +408,8 @@ class Allocator final : public CachingAllocator {
 
   std::string fraction_note_locked(const DeviceState& st, uint64_t capacity) const {
     if (st.fraction >= 1.0) return "";
-    char fraction[32];
-    snprintf(fraction, sizeof fraction, "%g", st.fraction);
     return "; this process may reserve only " + format_bytes(static_cast<uint64_t>(st.fraction * capacity)) +
-           " of it (set_per_process_memory_fraction(" + fraction + "))";
+           " of it (set_per_process_memory_fraction(" + format_fraction(st.fraction) + "))";
   }
 
   // One state per visible device, made on first use; an index outside them is an error.

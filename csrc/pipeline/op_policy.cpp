@@ -197,8 +197,55 @@ const Override kOverrides[] = {
 
 // ---- the user's overrides (TORCH_NEURONX_OP_POLICY) -------------------------------------------
 
-// Read once; ops are planned once.
-const std::unordered_map<std::string, Mode>& user_modes();
+std::string route_of(const c10::OperatorHandle& op);
+
+// A kernel written for the device (not the boxed entry, registered for the claimed ops): it
+// always runs async, whatever the policy says.
+bool has_typed_kernel(const c10::OperatorHandle& op) {
+  if (!op.hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) return false;
+  for (const auto& c : claimed_ops())
+    if ("aten::" + c == op_display_name(op)) return false;
+  return true;
+}
+
+// Refuses an entry the policy could not honour, so that explain() and op_counts() always show
+// what the user asked for. `op` is "ns::name" (every overload) or "ns::name.overload".
+void check_entry(const std::string& op, const std::string& mode, const char* setting) {
+  const auto dot = op.find('.', op.find("::"));
+  const bool exact = dot != std::string::npos;
+  const std::string base = op.substr(0, dot);
+  std::vector<c10::OperatorHandle> ops;
+  if (exact) {
+    if (auto h = c10::Dispatcher::singleton().findOp({base, op.substr(dot + 1)})) ops.push_back(*h);
+  } else {
+    // Not overloads_of(): its table is read once, and other libraries may still register ops.
+    for (const auto& name : c10::Dispatcher::singleton().getAllOpNames())
+      if (name.name == base)
+        if (auto h = c10::Dispatcher::singleton().findOp(name)) ops.push_back(*h);
+  }
+  if (ops.empty()) {
+    // Another library's ops may register after this one loads; aten's are all there.
+    TORCH_CHECK_VALUE(op.rfind("aten::", 0) != 0, setting, ": there is no operator ", op,
+                      " (names are such as aten::add, for every overload, or aten::add.Tensor)");
+    return;
+  }
+  std::string composite;
+  size_t planned = 0;
+  for (const auto& h : ops) {
+    const std::string name = op_display_name(h);
+    TORCH_CHECK_VALUE(!has_typed_kernel(h), setting, ": ", op, "=", mode, " cannot apply to ", name,
+                      ": it has a typed neuron kernel, which always runs async (torch_neuronx.explain('", name,
+                      "') says how each op runs)");
+    const std::string route = route_of(h);
+    if (route.empty())
+      ++planned;
+    else
+      composite = name + " is " + route;
+  }
+  // A composite overload of a named op is fine while another overload runs by a plan.
+  TORCH_CHECK_VALUE(planned > 0, setting, ": ", op, "=", mode, " cannot apply: ", composite,
+                    "; set the policy of those ops instead");
+}
 
 std::unordered_map<std::string, Mode> parse_policy(const std::string& spec, const char* setting) {
   std::unordered_map<std::string, Mode> out;
@@ -209,8 +256,9 @@ std::unordered_map<std::string, Mode> parse_policy(const std::string& spec, cons
     const auto eq = item.find('=');
     TORCH_CHECK_VALUE(eq != std::string::npos, setting, ": '", item, "' is not op=mode (e.g. aten::nonzero=sync)");
     const std::string op = item.substr(0, eq), mode = item.substr(eq + 1);
-    TORCH_CHECK_VALUE(op.rfind("aten::", 0) == 0 || op.find("::") != std::string::npos, setting, ": '", op,
+    TORCH_CHECK_VALUE(op.find("::") != std::string::npos && op.find("::") > 0, setting, ": '", op,
                       "' is not an operator name such as aten::add or aten::add.Tensor");
+    TORCH_CHECK_VALUE(!out.count(op), setting, ": ", op, " is named twice");
     if (mode == "async")
       out[op] = Mode::kAsync;
     else if (mode == "sync")
@@ -219,10 +267,12 @@ std::unordered_map<std::string, Mode> parse_policy(const std::string& spec, cons
       out[op] = Mode::kCopy;
     else
       TORCH_CHECK_VALUE(false, setting, ": mode '", mode, "' of ", op, " is not async, sync or copy");
+    check_entry(op, mode, setting);
   }
   return out;
 }
 
+// Read once, at import (check_op_policy); ops are planned once.
 const std::unordered_map<std::string, Mode>& user_modes() {
   static const auto* modes = [] {
     return new std::unordered_map<std::string, Mode>(checked(
@@ -467,6 +517,8 @@ OpRecord& record_for(const c10::OperatorHandle& op) {
   seen.emplace(key, r);
   return *r;
 }
+
+void check_op_policy() { user_modes(); }
 
 std::vector<std::string> claimed_ops() {
   std::vector<std::string> out;

@@ -30,6 +30,10 @@ std::string op_display_name(const c10::OperatorHandle& op);
 // Ops the boxed entry registers for directly (kClaim), as "name" or "name.overload".
 std::vector<std::string> claimed_ops();
 
+// Reads TORCH_NEURONX_OP_POLICY; a ValueError names an entry that is malformed, names no operator,
+// or names one the policy cannot change (a typed kernel, a composite op). Called at import.
+void check_op_policy();
+
 // How `name` ("aten::op" or "aten::op.overload") runs on neuron and why, in words.
 std::string explain(const std::string& name);
 

@@ -83,7 +83,10 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "_shutdown",
       [] {
-        if (!neuronrt::Runtime::in_forked_child()) runtime().shutdown();
+        // A runtime that never started (a bad setting) has nothing to stop, and starting it here
+        // would raise its error a second time, from the atexit callback.
+        neuronrt::Runtime* rt = neuronrt::Runtime::existing();
+        if (rt && !neuronrt::Runtime::in_forked_child()) rt->shutdown();
       },
       py::call_guard<py::gil_scoped_release>());
   m.def("_in_bad_fork", [] { return neuronrt::Runtime::in_forked_child(); });
@@ -251,6 +254,8 @@ PYBIND11_MODULE(_C, m) {
         [](const std::string& name) { return checked([&] { return neuronrt::config::flag(name.c_str()); }); });
   m.def("_config_text",
         [](const std::string& name) { return checked([&] { return neuronrt::config::text(name.c_str()); }); });
+  m.def("_log_areas", [] { return checked([] { return neuronrt::config::items("TORCH_NEURONX_LOG", {"compile"}); }); });
+  m.def("_check_op_policy", [] { check_op_policy(); });
   m.def("_config_bytes", [](const std::string& name, uint64_t fallback) {
     return checked([&] { return neuronrt::config::bytes(name.c_str(), fallback); });
   });

@@ -1,5 +1,6 @@
 #include "neuronrt/config.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -19,7 +20,8 @@ const std::vector<Setting>& all() {
       {"TORCH_NEURONX_CHIPS", "1", "number of chips on the instance"},
       {"NEURON_RT_VISIBLE_CORES", "", "visible logical cores, e.g. 0-1 or 3 (default: all)"},
       {"TORCH_NEURONX_HBM_BYTES", "",
-       "device memory per logical core, overriding the profile (testing): bytes, or with KiB/MiB/GiB/TiB"},
+       "device memory per logical core, overriding the profile (testing): bytes, or with KiB/MiB/GiB/TiB; at most "
+       "1TiB"},
       {"NEURON_LAUNCH_BLOCKING", "0", "1: every queued task runs before the call returns; errors raise at the call"},
       {"TORCH_NEURONX_SANITIZE", "0",
        "1: device memory is inaccessible to the host outside queued tasks (mprotect); a host access is reported"},
@@ -33,7 +35,8 @@ const std::vector<Setting>& all() {
       {"TORCH_NEURONX_FALLBACK", "warn",
        "what a CPU fallback (copy to host and back) does: warn (once per op), error, silent"},
       {"TORCH_NEURONX_OP_POLICY", "",
-       "per-op overrides of how ops run: 'aten::op=sync,aten::other.overload=copy' (async, sync or copy)"},
+       "per-op overrides of how boxed ops run: 'aten::op=sync,aten::other.overload=copy' (async, sync or copy); "
+       "an op with a typed kernel, or composite, is refused"},
       {"TORCH_NEURONX_CACHE_DIR", "",
        "where compiled programs are cached (default: $XDG_CACHE_HOME/torch_neuronx, else ~/.cache/torch_neuronx)"},
       {"TORCH_NEURONX_CACHE_SIZE", "10GiB",
@@ -96,7 +99,7 @@ int64_t integer(const char* name, int64_t fallback, int64_t min, int64_t max) {
   return v ? parse_integer(*v, name, min, max) : fallback;
 }
 
-uint64_t parse_bytes(const std::string& text, const char* what) {
+uint64_t parse_bytes(const std::string& text, const char* what, uint64_t max) {
   const auto bad = [&](const char* why) {
     return std::invalid_argument(std::string(what) + "=" + quoted(text) + ": " + why +
                                  " (a byte count such as 268435456, 256MiB or 1GiB)");
@@ -119,13 +122,16 @@ uint64_t parse_bytes(const std::string& text, const char* what) {
   if (digits > 19) throw bad("too large");
   const unsigned long long n = std::stoull(text.substr(0, digits));
   if (n == 0) throw bad("must be at least 1");
-  if (n > (std::numeric_limits<uint64_t>::max() >> shift)) throw bad("too large");
+  if (n > (max >> shift)) {
+    throw std::invalid_argument(std::string(what) + "=" + quoted(text) + ": more than the largest value, " +
+                                std::to_string(max) + " bytes");
+  }
   return static_cast<uint64_t>(n) << shift;
 }
 
-uint64_t bytes(const char* name, uint64_t fallback) {
+uint64_t bytes(const char* name, uint64_t fallback, uint64_t max) {
   const auto v = raw(name);
-  return v ? parse_bytes(*v, name) : fallback;
+  return v ? parse_bytes(*v, name, max) : fallback;
 }
 
 std::string choice(const char* name, const char* fallback, std::initializer_list<const char*> allowed) {
@@ -137,6 +143,28 @@ std::string choice(const char* name, const char* fallback, std::initializer_list
     list += (list.empty() ? "" : ", ") + std::string(a);
   }
   throw std::invalid_argument(std::string(name) + "=" + quoted(*v) + ": expected one of " + list);
+}
+
+std::vector<std::string> items(const char* name, std::initializer_list<const char*> allowed) {
+  const auto v = raw(name);
+  std::vector<std::string> out;
+  if (!v) return out;
+  std::string list;
+  for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+  size_t start = 0;
+  while (start <= v->size()) {
+    const size_t comma = std::min(v->find(',', start), v->size());
+    const std::string item = v->substr(start, comma - start);
+    bool known = false;
+    for (const char* a : allowed) known = known || item == a;
+    if (!known) {
+      throw std::invalid_argument(std::string(name) + "=" + quoted(*v) + ": " + quoted(item) + " is not one of " +
+                                  list + " (a comma-separated list of them)");
+    }
+    out.push_back(item);
+    start = comma + 1;
+  }
+  return out;
 }
 
 std::string text(const char* name, const char* fallback) {

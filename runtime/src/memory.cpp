@@ -2,10 +2,12 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -19,10 +21,28 @@ uint64_t round_up(uint64_t n, uint64_t m) { return (n + m - 1) / m * m; }
 // follows what the device holds.
 constexpr uint64_t kReleaseThreshold = 1ull << 20;
 
+// What the process's address-space limit (ulimit -v) still lets it map; UINT64_MAX without one.
+uint64_t address_space_left(uint64_t* limit) {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_AS, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return UINT64_MAX;
+  *limit = lim.rlim_cur;
+  unsigned long long pages = 0;  // statm's first field: the pages mapped now (VmSize)
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%llu", &pages) != 1) pages = 0;
+    std::fclose(f);
+  }
+  const uint64_t mapped = pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  return lim.rlim_cur > mapped ? lim.rlim_cur - mapped : 0;
+}
+
 }  // namespace
 
-DeviceMemory::DeviceMemory(uint64_t capacity)
-    : capacity_(round_up(capacity, 4096)), range_(capacity_ * kAddressSlack) {}
+DeviceMemory::DeviceMemory(uint64_t capacity, int device) : capacity_(round_up(capacity, 4096)), device_(device) {
+  if (capacity == 0 || capacity > kMaxCapacity) {
+    throw std::invalid_argument("neuron runtime: device memory of " + std::to_string(capacity) +
+                                " bytes: it must be from 1 to " + std::to_string(kMaxCapacity) + " bytes");
+  }
+}
 
 DeviceMemory::~DeviceMemory() {
   if (base_) munmap(base_, range_);
@@ -31,20 +51,38 @@ DeviceMemory::~DeviceMemory() {
 
 void DeviceMemory::reserve_locked() {
   if (base_) return;
+  uint64_t range = capacity_ * kAddressSlack, limit = 0;
+  const uint64_t left = address_space_left(&limit);
+  if (left != UINT64_MAX) {
+    // At most half of what the limit leaves: the process's own heap, threads and other devices
+    // need the rest. Less slack only means fragmentation runs out of addresses sooner.
+    const uint64_t share = left / 2 / 4096 * 4096;
+    if (share < capacity_) {
+      throw std::runtime_error("neuron runtime: the " + std::to_string(capacity_) +
+                               " bytes of device memory of neuron:" + std::to_string(device_) +
+                               " do not fit this process's address-space limit (ulimit -v: " + std::to_string(limit) +
+                               " bytes, " + std::to_string(left) +
+                               " of them unused): set TORCH_NEURONX_HBM_BYTES to at most " +
+                               std::to_string(share >> 20) + "MiB, or raise the limit");
+    }
+    range = std::min(range, share);
+  }
   // A sparse file: pages exist once written, as with anonymous memory.
   const int fd = memfd_create("neuronx-device-memory", MFD_CLOEXEC);
-  if (fd < 0 || ftruncate(fd, static_cast<off_t>(range_)) != 0) {
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(range)) != 0) {
     const std::string why = std::strerror(errno);
     if (fd >= 0) close(fd);
     throw std::runtime_error("neuron runtime: cannot create the device memory file: " + why);
   }
-  void* p = mmap(nullptr, range_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  void* p = mmap(nullptr, range, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
   if (p == MAP_FAILED) {
     const std::string why = std::strerror(errno);
     close(fd);
-    throw std::runtime_error("neuron runtime: cannot reserve " + std::to_string(range_) +
-                             " bytes of address space for device memory: " + why);
+    throw std::runtime_error("neuron runtime: cannot reserve " + std::to_string(range) +
+                             " bytes of address space for the device memory of neuron:" + std::to_string(device_) +
+                             ": " + why + " (TORCH_NEURONX_HBM_BYTES sets a smaller device memory)");
   }
+  range_ = range;
   // A forked child must not reach the parent's device memory (the mapping is shared, not copied
   // on write): it does not inherit the mapping, and never frees pages of the file (free()).
   madvise(p, range_, MADV_DONTFORK);

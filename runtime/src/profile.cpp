@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "neuronrt/config.h"
+#include "neuronrt/memory.h"
 
 namespace neuronrt {
 namespace {
@@ -21,8 +22,15 @@ const std::vector<ChipProfile>& profiles() {
   return all;
 }
 
-int parse_core(const std::string& text) {
-  return static_cast<int>(config::parse_integer(text, "NEURON_RT_VISIBLE_CORES", 0, 1 << 20));
+// A core number of `item` (a core, or the bounds of a range of them) in the list `spec`.
+int parse_core(const std::string& text, const std::string& item, const std::string& spec) {
+  bool digits = !text.empty() && text.size() <= 7;
+  for (char c : text) digits = digits && c >= '0' && c <= '9';
+  if (!digits) {
+    throw std::invalid_argument("NEURON_RT_VISIBLE_CORES='" + spec + "': '" + item +
+                                "' is not a core number or a range of them such as 0-3 (cores count from 0)");
+  }
+  return std::stoi(text);
 }
 
 }  // namespace
@@ -48,18 +56,18 @@ std::vector<int> parse_core_list(const std::string& spec, int limit) {
     auto dash = item.find('-');
     int lo, hi;
     if (dash == std::string::npos) {
-      lo = hi = parse_core(item);
+      lo = hi = parse_core(item, item, spec);
     } else {
-      lo = parse_core(item.substr(0, dash));
-      hi = parse_core(item.substr(dash + 1));
+      lo = parse_core(item.substr(0, dash), item, spec);
+      hi = parse_core(item.substr(dash + 1), item, spec);
     }
-    if (lo < 0 || hi < lo || hi >= limit) {
-      throw std::invalid_argument("NEURON_RT_VISIBLE_CORES: range '" + item + "' is outside the " +
+    if (hi < lo || hi >= limit) {
+      throw std::invalid_argument("NEURON_RT_VISIBLE_CORES='" + spec + "': range '" + item + "' is outside the " +
                                   std::to_string(limit) + " logical cores of this instance");
     }
     for (int i = lo; i <= hi; ++i) out.insert(i);
   }
-  if (out.empty()) throw std::invalid_argument("NEURON_RT_VISIBLE_CORES: '" + spec + "' names no core");
+  if (out.empty()) throw std::invalid_argument("NEURON_RT_VISIBLE_CORES='" + spec + "' names no core");
   return {out.begin(), out.end()};
 }
 
@@ -103,7 +111,7 @@ Topology Topology::from_env() {
   const std::string profile = config::text("TORCH_NEURONX_PROFILE", "trn2");
   const int lnc = static_cast<int>(config::integer("NEURON_LOGICAL_NC_CONFIG", 2, 1, 2));
   const int chips = static_cast<int>(config::integer("TORCH_NEURONX_CHIPS", 1, 1, 64));
-  const uint64_t hbm_override = config::bytes("TORCH_NEURONX_HBM_BYTES", 0);
+  const uint64_t hbm_override = config::bytes("TORCH_NEURONX_HBM_BYTES", 0, DeviceMemory::kMaxCapacity);
   return make(profile, lnc, chips, config::text("NEURON_RT_VISIBLE_CORES"), hbm_override);
 }
 

@@ -65,7 +65,7 @@ Runtime::Runtime(RuntimeOptions options) : opts_(std::move(options)) {
   static const bool registered = (pthread_atfork(nullptr, nullptr, &after_fork_in_child), true);
   (void)registered;
   for (const auto& c : opts_.topology.cores) {
-    memory_.push_back(std::make_unique<DeviceMemory>(c.hbm_bytes));
+    memory_.push_back(std::make_unique<DeviceMemory>(c.hbm_bytes, c.index));
     queues_.emplace_back(kMaxQueuesPerDevice);
   }
   faults_.resize(memory_.size());
@@ -114,6 +114,8 @@ Runtime& Runtime::get() {
   static Runtime* rt = g_runtime = new Runtime(RuntimeOptions::from_env());
   return *rt;
 }
+
+Runtime* Runtime::existing() { return g_runtime; }
 
 bool Runtime::in_forked_child() { return g_forked_child.load(std::memory_order_relaxed); }
 

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "neuronrt/memory.h"
 #include "neuronrt/profile.h"
 
 using namespace neuronrt;
@@ -67,4 +68,37 @@ TEST(Config, TopologyFromEnvironmentUsesTheParsers) {
   EXPECT_NE(error_of([] { Topology::from_env(); }).find("NEURON_RT_VISIBLE_CORES"), std::string::npos);  // 136 > 128
   unsetenv("NEURON_LOGICAL_NC_CONFIG");
   unsetenv("TORCH_NEURONX_CHIPS");
+}
+
+TEST(Config, BytesAboveTheMaximumAreRefusedBeforeTheyOverflow) {
+  EXPECT_EQ(config::parse_bytes("1TiB", "X", DeviceMemory::kMaxCapacity), DeviceMemory::kMaxCapacity);
+  // 2^62 and 2^62 + 1 MiB: four times them (the address range) wraps to 0 and to 4 MiB.
+  for (const char* big : {"4611686018427387904", "4611686018428436480", "1025GiB", "2TiB"}) {
+    const std::string msg =
+        error_of([&] { config::parse_bytes(big, "TORCH_NEURONX_HBM_BYTES", DeviceMemory::kMaxCapacity); });
+    EXPECT_NE(msg.find("TORCH_NEURONX_HBM_BYTES"), std::string::npos) << big;
+    EXPECT_NE(msg.find(std::to_string(DeviceMemory::kMaxCapacity)), std::string::npos) << msg;
+  }
+  EXPECT_THROW(DeviceMemory(DeviceMemory::kMaxCapacity + 1), std::invalid_argument);
+}
+
+TEST(Config, ItemsAreEachOneOfTheAllowed) {
+  setenv("TORCH_NEURONX_LOG", "compile", 1);
+  EXPECT_EQ(config::items("TORCH_NEURONX_LOG", {"compile"}), std::vector<std::string>{"compile"});
+  for (const char* bad : {"everything", "compile,", "compile,all", " compile"}) {
+    setenv("TORCH_NEURONX_LOG", bad, 1);
+    const std::string msg = error_of([] { config::items("TORCH_NEURONX_LOG", {"compile"}); });
+    EXPECT_NE(msg.find("TORCH_NEURONX_LOG"), std::string::npos) << bad;
+    EXPECT_NE(msg.find("compile"), std::string::npos) << bad;
+  }
+  unsetenv("TORCH_NEURONX_LOG");
+  EXPECT_TRUE(config::items("TORCH_NEURONX_LOG", {"compile"}).empty());
+}
+
+TEST(Config, VisibleCoresErrorsShowTheValue) {
+  EXPECT_EQ(parse_core_list("1-2,0", 4), (std::vector<int>{0, 1, 2}));
+  for (const char* bad : {"-1", "1--2", "a", "2-1", "0-4", "1,-3"}) {
+    const std::string msg = error_of([&] { parse_core_list(bad, 4); });
+    EXPECT_NE(msg.find("NEURON_RT_VISIBLE_CORES='" + std::string(bad) + "'"), std::string::npos) << msg;
+  }
 }

@@ -19,6 +19,8 @@ import torch  # noqa: E402
 
 from . import _C  # noqa: E402  (registers the device's kernels, allocator and hooks)
 
+_C._log_areas()  # a malformed TORCH_NEURONX_LOG is an error at import, not at the first compile
+
 
 def _sanitizing() -> bool:
     try:
@@ -81,6 +83,10 @@ if _C._config_text("TORCH_NEURONX_KERNELS") not in ("", "cpu"):
     from .nki import eager as _nki_eager
 
     _nki_eager.install()
+
+# Read once every kernel is registered, so an entry the policy cannot change (a typed kernel) is
+# refused at import, not at the first op.
+_C._check_op_policy()
 
 
 def _price_spans(ops):

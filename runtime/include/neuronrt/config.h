@@ -30,13 +30,15 @@ std::optional<std::string> raw(const char* name);
 // Each parser throws std::invalid_argument with a message naming the variable.
 bool flag(const char* name);  // unset, "0", "false", "off" -> false; "1", "true", "on" -> true
 int64_t integer(const char* name, int64_t fallback, int64_t min, int64_t max);
-// A byte count: digits, optionally followed by KiB, MiB, GiB or TiB; at least 1.
-uint64_t bytes(const char* name, uint64_t fallback);
+// A byte count: digits, optionally followed by KiB, MiB, GiB or TiB; from 1 to `max`.
+uint64_t bytes(const char* name, uint64_t fallback, uint64_t max = UINT64_MAX);
 std::string choice(const char* name, const char* fallback, std::initializer_list<const char*> allowed);
 std::string text(const char* name, const char* fallback = "");
+// A comma-separated list, each item one of `allowed` (unset: empty).
+std::vector<std::string> items(const char* name, std::initializer_list<const char*> allowed);
 
 // Parsers over a given text, for tests and for values that do not come from the environment.
-uint64_t parse_bytes(const std::string& text, const char* what);
+uint64_t parse_bytes(const std::string& text, const char* what, uint64_t max = UINT64_MAX);
 int64_t parse_integer(const std::string& text, const char* what, int64_t min, int64_t max);
 
 }  // namespace neuronrt::config

@@ -23,8 +23,12 @@ class DeviceMemory {
   static constexpr size_t kAlignment = 512;
   // Addresses per byte of capacity: room to place blocks without compacting.
   static constexpr uint64_t kAddressSlack = 4;
+  // The most device memory one core may have: its address range (kAddressSlack times it) stays a
+  // small part of the host's 128 TiB of user address space.
+  static constexpr uint64_t kMaxCapacity = 1ull << 40;
 
-  explicit DeviceMemory(uint64_t capacity);
+  // `device` names the core in errors.
+  explicit DeviceMemory(uint64_t capacity, int device = 0);
   ~DeviceMemory();
   DeviceMemory(const DeviceMemory&) = delete;
   DeviceMemory& operator=(const DeviceMemory&) = delete;
@@ -52,7 +56,10 @@ class DeviceMemory {
   void erase_free_locked(uint64_t offset, uint64_t size);
 
   const uint64_t capacity_;
-  const uint64_t range_;  // address range: capacity_ * kAddressSlack
+  const int device_;
+  // Address range: capacity_ * kAddressSlack, or less where the process's address-space limit
+  // (ulimit -v) is lower; set once, when the range is reserved.
+  uint64_t range_ = 0;
   char* base_ = nullptr;
   int fd_ = -1;
   int owner_pid_ = 0;  // the process that made the file (a forked child only keeps books)

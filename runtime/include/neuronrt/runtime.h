@@ -41,6 +41,8 @@ class Runtime {
   // std::invalid_argument for a bad setting, and std::runtime_error in a process forked after the
   // device was used (its queues' workers did not survive the fork).
   static Runtime& get();
+  // The runtime if get() made it, else nullptr; never starts it (exit must not, with bad settings).
+  static Runtime* existing();
 
   // True in a child forked after the parent used the device.
   static bool in_forked_child();

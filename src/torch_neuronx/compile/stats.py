@@ -94,7 +94,7 @@ def _graph_breaks() -> int:
 
 
 def _logging(area: str) -> bool:
-    return area in (_C._config_text("TORCH_NEURONX_LOG") or "").split(",")
+    return area in _C._log_areas()
 
 
 def begin_compile(gm, graph: bool = True) -> dict:
