@@ -152,7 +152,7 @@ def test_a_deeply_nested_state_file_is_a_problem_not_a_crash(env):
 
 @pytest.mark.parametrize("field, value, why", [
     ("memory_used", 10**400, "401 digits"), ("memory_used", 1 << 64, "outside 0..18446744073709551615"),
-    ("busy_ns", -1, "outside 0..")])
+    ("busy_ns", -1, "outside 0..")], ids=["10**400", "2**64", "negative"])
 def test_a_number_out_of_range_is_a_problem_not_a_crash(env, field, value, why):
     forge(env, os.getpid(), devices=[dict(healthy_device(0), **{field: value})] + [healthy_device(i) for i in (1, 2)])
     r = nobs(env, "devices", "--json")

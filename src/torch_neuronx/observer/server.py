@@ -269,7 +269,9 @@ class Server:
             self.selector.register(conn, selectors.EVENT_READ)
 
     def _read(self, conn):
-        entry = self.pending[conn]
+        entry = self.pending.get(conn)
+        if entry is None:
+            return  # dropped to make room earlier in this round of events
         try:
             chunk = conn.recv(65536)
         except (BlockingIOError, InterruptedError):
