@@ -342,7 +342,6 @@ def test_http_refuses_what_it_does_not_serve_and_says_why_in_json(server):
 
 def test_http_answers_an_internal_error_as_json(capfd):
     import threading
-    from http.server import ThreadingHTTPServer
 
     from torch_neuronx.observer import server as observer_server
 
@@ -350,7 +349,7 @@ def test_http_answers_an_internal_error_as_json(capfd):
         def current(self):
             raise RuntimeError("the collector broke")
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), observer_server.handler_for(Broken()))
+    httpd = observer_server.Server(("127.0.0.1", 0), Broken())
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:

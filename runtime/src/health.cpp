@@ -31,7 +31,31 @@ std::string command_line() {
   for (char& c : raw)
     if (c == '\0') c = ' ';
   while (!raw.empty() && raw.back() == ' ') raw.pop_back();
-  return raw.size() > 200 ? raw.substr(0, 200) : raw;
+  if (raw.size() <= 200) return raw;
+  // Cut before the character that straddles byte 200 (back over its UTF-8 continuation bytes,
+  // at most three): half a character would make the whole file undecodable as UTF-8.
+  size_t n = 200;
+  for (int i = 0; i < 3 && n > 0 && (static_cast<unsigned char>(raw[n]) & 0xC0) == 0x80; ++i) --n;
+  return raw.substr(0, n);
+}
+
+uint64_t start_time_in(const std::string& stat_path) {
+  std::ifstream f(stat_path);
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');  // the command may hold spaces and parentheses
+  if (paren == std::string::npos) return 0;
+  std::stringstream rest(text.substr(paren + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i)
+    if (i == 22) return std::stoull(field);
+  return 0;
+}
+
+// The inode of this process's pid namespace: a reader in another namespace cannot look its pid up
+// in its own /proc, so it must not judge from there whether the process still runs. 0 if unknown.
+uint64_t pid_namespace() {
+  struct stat st{};
+  return stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
 }
 
 int64_t unix_ms() {
@@ -110,17 +134,7 @@ std::string json_escape(const std::string& s) {
   return out;
 }
 
-uint64_t start_time(int pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  const size_t paren = text.rfind(')');  // the command may hold spaces and parentheses
-  if (paren == std::string::npos) return 0;
-  std::stringstream rest(text.substr(paren + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && rest >> field; ++i)
-    if (i == 22) return std::stoull(field);
-  return 0;
-}
+uint64_t start_time(int pid) { return start_time_in("/proc/" + std::to_string(pid) + "/stat"); }
 
 Monitor::Monitor(Runtime& runtime, std::string dir, std::chrono::milliseconds period,
                  std::chrono::milliseconds hung_after)
@@ -129,7 +143,10 @@ Monitor::Monitor(Runtime& runtime, std::string dir, std::chrono::milliseconds pe
       path_(dir_ + "/" + std::to_string(getpid()) + ".json"),
       period_(period),
       hung_after_(hung_after),
-      start_time_(start_time(getpid())) {
+      // /proc/self, not /proc/<getpid()>: a /proc mounted for another pid namespace names
+      // another process by this pid.
+      start_time_(start_time_in("/proc/self/stat")),
+      pid_ns_(pid_namespace()) {
   tick();
   thread_ = std::thread([this] { loop(); });
 }
@@ -200,9 +217,9 @@ void Monitor::tick() {
 std::string Monitor::render() {
   const Topology& topo = rt_.topology();
   std::ostringstream o;
-  o << "{\"version\": 1, \"pid\": " << getpid() << ", \"start_time\": " << start_time_ << ", \"uid\": " << getuid()
-    << ", \"command\": \"" << json_escape(command_line()) << "\", \"profile\": \"" << topo.profile->name
-    << "\", \"lnc\": " << topo.lnc << ", \"updated_unix_ms\": " << unix_ms()
+  o << "{\"version\": 1, \"pid\": " << getpid() << ", \"start_time\": " << start_time_ << ", \"pid_ns\": " << pid_ns_
+    << ", \"uid\": " << getuid() << ", \"command\": \"" << json_escape(command_line()) << "\", \"profile\": \""
+    << topo.profile->name << "\", \"lnc\": " << topo.lnc << ", \"updated_unix_ms\": " << unix_ms()
     << ", \"watchdog_s\": " << hung_after_.count() / 1000.0 << ", \"correctable_limit\": " << rt_.correctable_limit()
     << ", \"devices\": [";
   for (int d = 0; d < rt_.device_count(); ++d) {

@@ -139,6 +139,9 @@ TEST(Health, WorkRefusedOnAFaultyDeviceIsPublishedFirst) {
     std::stringstream text;
     text << f.rdbuf();
     EXPECT_NE(text.str().find("{\"index\": 0, "), std::string::npos) << text.str();
+    struct stat ns{};  // the pid namespace, for readers to tell whether they can see this pid
+    ASSERT_EQ(stat("/proc/self/ns/pid", &ns), 0);
+    EXPECT_NE(text.str().find("\"pid_ns\": " + std::to_string(ns.st_ino) + ", "), std::string::npos) << text.str();
     EXPECT_NE(text.str().find("\"uncorrectable\": 1, \"hung\": false, \"last_error\": \"\", \"health\": "
                               "\"unhealthy\", \"health_reason\": \"1 uncorrectable HBM memory error(s)\""),
               std::string::npos)

@@ -5,7 +5,8 @@
 // can enter (default /dev/shm/torch-neuronx-<uid>, mode 0700; files 0600), rewritten ten times a
 // second by a thread of the runtime and replaced atomically (write then rename). A reader trusts a
 // file only if its user owns it, its mode is 0600 and it parses; a file whose process is gone (or
-// whose pid was reused: the start time differs) claims nothing.
+// whose pid was reused: the start time differs) claims nothing. The file names the writer's pid
+// namespace: only a reader in the same one can tell from its /proc whether the writer still runs.
 #pragma once
 
 #include <atomic>
@@ -72,6 +73,7 @@ class Monitor {
   const std::string dir_, path_;
   const std::chrono::milliseconds period_, hung_after_;
   const uint64_t start_time_;
+  const uint64_t pid_ns_;  // the inode of its pid namespace
   struct Progress {
     uint64_t completed = 0;
     std::chrono::steady_clock::time_point since;

@@ -60,7 +60,8 @@ def sample(interval_s: float = 0.25):
 def status(devices: list, snap: state.Snapshot) -> dict:
     counts = {h: sum(1 for d in devices if d["health"] == h) for h in ("healthy", "unhealthy", "unknown")}
     return {"version": _version(), "state_dir": snap.directory, "trusted": snap.trusted, "devices": len(devices),
-            **counts, "processes": sorted(p["pid"] for p in snap.processes), "problems": snap.problems}
+            **counts, "processes": sorted(p["pid"] for p in snap.processes),
+            "unverified_processes": sorted(p["pid"] for p in snap.unverified), "problems": snap.problems}
 
 
 def health_run(device: int | None, timeout: float) -> list:
@@ -69,8 +70,8 @@ def health_run(device: int | None, timeout: float) -> list:
         raise SystemExit(f"nobs: --device {device}: {count} devices are visible (0-{count - 1})")
     snap = state.read()
 
-    def busy_with(d):  # other processes holding memory or work on the device: not to be disturbed
-        return sorted(p["pid"] for p in snap.processes if p["pid"] != os.getpid() and any(
+    def busy_with(d):  # other processes holding memory or work on the device (maybe alive): not to be disturbed
+        return sorted(p["pid"] for p in snap.processes + snap.unverified if p["pid"] != os.getpid() and any(
             x["index"] == d and (x["memory_used"] or x["queued"]) for x in p["devices"]))
 
     results = []
@@ -112,7 +113,8 @@ def table(devices: list) -> str:
     lines = [f"{'device':<10}{'profile':<8}{'memory used / total':>26}{'util':>7}  {'health':<10} processes"]
     for d in devices:
         util = "-" if d["utilization"] is None else f"{d['utilization']:.0%}"
-        procs = ", ".join(f"{p['pid']} ({_memory(p['memory'])})" for p in d["processes"]) or "-"
+        procs = ", ".join([f"{p['pid']} ({_memory(p['memory'])})" for p in d["processes"]] +
+                          [f"{p['pid']}? ({_memory(p['memory'])})" for p in d["unverified_processes"]]) or "-"
         memory = _memory(d["memory_used"]) + " / " + _memory(d["memory_total"])
         lines.append(f"{d['name']:<10}{d['profile']:<8}{memory:>26}{util:>7}  {d['health']:<10} {procs}")
         for r in d["reasons"]:
@@ -132,10 +134,16 @@ def cmd_status(args) -> int:
     for d in devices:
         for r in d["reasons"]:
             text += f"\n  {d['name']}: {r}"
+    for p in snap.unverified:
+        text += f"\n  process {p['pid']} ({' '.join(p['command'].split())[:60]}): may have exited: {p['why']}"
     for p in s["problems"]:
         text += f"\n  problem: {p}"
-    if s["unhealthy"] or s["unknown"]:
+    if s["unhealthy"]:
         text += "\n  recommended action: stop jobs on the unhealthy devices and run `nobs health run` on them"
+    elif s["problems"]:
+        text += "\n  recommended action: the state could not be read or trusted; see the problems above"
+    elif s["unknown"]:
+        text += "\n  recommended action: run nobs in the processes' pid namespace, where it can see whether they run"
     _print(args, s, text)
     return 0 if s["healthy"] == s["devices"] else 1
 
