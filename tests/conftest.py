@@ -14,6 +14,15 @@ import torch_neuronx.testing  # noqa: E402
 os.environ.setdefault("TORCH_TEST_DEVICES", torch_neuronx.testing.TEST_BASE)
 
 
+@pytest.fixture
+def fresh_dynamo():
+    """Each test compiles from nothing and counts only its own compiles."""
+    torch._dynamo.reset()
+    torch_neuronx.reset_compile_stats()
+    yield
+    torch._dynamo.reset()
+
+
 def to_neuron(x):
     if isinstance(x, torch.Tensor):
         return x.to("neuron")

@@ -15,14 +15,8 @@ from conftest import run_python
 N = "neuron"
 B, H, L, D = 2, 2, 128, 16
 TOL = {"atol": 1e-4, "rtol": 1e-4}
-pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = [pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile"),
+              pytest.mark.usefixtures("fresh_dynamo")]
 
 
 def causal(b, h, q_idx, kv_idx):

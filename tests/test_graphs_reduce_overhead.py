@@ -13,12 +13,7 @@ N = "neuron"
 BACKENDS = ["neuron", "inductor"]
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    torch_neuronx.reset_compile_stats()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def compiled(fn, backend):

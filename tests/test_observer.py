@@ -392,3 +392,40 @@ def test_top_runs_in_a_terminal(env, holders):
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
+
+
+# A reader in another pid namespace and a command line cut inside a character: more of what the
+# observer must not trust is in test_observer_robustness.py.
+def test_a_reader_in_another_pid_namespace_neither_counts_nor_deletes_a_live_process(env, holders):
+    h = holders(env, device=0, fault="hbm_uncorrectable@1")
+    path = os.path.join(env["TORCH_NEURONX_STATE_DIR"], f"{h.proc.pid}.json")
+    # A monitoring sidecar: its own pid namespace and /proc, in which the holder's pid is not seen.
+    r = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc"] + NOBS + ["status", "--json"],
+                       capture_output=True, text=True, env=env, timeout=180)
+    assert os.path.exists(path), "the reader deleted a live process's state"
+    assert r.returncode == 1, r.stdout + r.stderr
+    s = json.loads(r.stdout)
+    assert (s["healthy"], s["unhealthy"], s["unknown"]) == (3, 0, 1), s
+    assert s["processes"] == [] and s["unverified_processes"] == [h.proc.pid] and s["problems"] == []
+    r = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc"] + NOBS + ["devices", "--json"],
+                       capture_output=True, text=True, env=env, timeout=180)
+    dev = {d["index"]: d for d in json.loads(r.stdout)["devices"]}
+    assert dev[1]["health"] == "unknown" and "another pid namespace" in dev[1]["reasons"][0], dev[1]
+    assert [p["pid"] for p in dev[0]["unverified_processes"]] == [h.proc.pid] and dev[0]["processes"] == []
+    # Where the holder runs, its view is whole.
+    s = nobs_json(env, "status", code=1)
+    assert (s["unhealthy"], s["processes"], s["unverified_processes"]) == (1, [h.proc.pid], [])
+    assert "intact" in h.finish()
+
+
+def test_a_command_line_cut_inside_a_character_leaves_the_state_readable(env, holders):
+    # The runtime keeps 200 bytes of the command line: pad so that byte 199 starts a two-byte "é".
+    prefix = len(sys.executable.encode()) + len(" -c ")
+    comment = "#" + "x" * ((198 - prefix) % 2) + "é" * 100 + "\n"
+    h = holders(env, device=0, script=comment + HOLDER)
+    s = nobs_json(env, "status")
+    assert (s["healthy"], s["processes"], s["problems"]) == (4, [h.proc.pid], [])
+    with open(os.path.join(env["TORCH_NEURONX_STATE_DIR"], f"{h.proc.pid}.json"), "rb") as f:
+        command = json.loads(f.read().decode("utf-8"))["command"]  # strict: whole characters only
+    assert command == f"{sys.executable} -c {comment}".encode()[:199].decode(), command[-8:]
+    assert "intact" in h.finish()
