@@ -309,13 +309,13 @@ void ShmGroup::exchange_fds() {
     Socket c(accept4(listener.fd, nullptr, nullptr, SOCK_CLOEXEC));
     if (c.fd < 0) {
       if (errno == ECONNABORTED || errno == EINTR || errno == EAGAIN) continue;
-      throw std::runtime_error("neuron: " + opts_.label + ": cannot accept the other ranks' device memory: " +
-                               errno_text());
+      throw std::runtime_error("neuron: " + opts_.label +
+                               ": cannot accept the other ranks' device memory: " + errno_text());
     }
     if (const std::string why = receive_fds(c.fd, missing, static_cast<int>(left_ms())); !why.empty()) {
       if (rejected++ == 0) {
-        std::fprintf(stderr, "neuron: %s: refused a connection to its device memory socket: %s\n",
-                     opts_.label.c_str(), why.c_str());
+        std::fprintf(stderr, "neuron: %s: refused a connection to its device memory socket: %s\n", opts_.label.c_str(),
+                     why.c_str());
       }
       last_rejected = why;
     }

@@ -11,9 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstddef>
-
 #include <condition_variable>
+#include <cstddef>
 #include <cstring>
 #include <map>
 #include <memory>
