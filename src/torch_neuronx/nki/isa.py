@@ -556,3 +556,9 @@ __all__ = ["dma_copy", "tensor_copy", "memset", "iota", "affine_select", "tensor
            "scalar_tensor_tensor", "tensor_reduce", "tensor_partition_reduce", "activation", "activation_reduce",
            "reciprocal", "nc_matmul", "nc_transpose", "bn_stats", "bn_aggr", "max8", "engine", "reduce_cmd",
            "nc_version", "get_nc_version", "dge_mode", "oob_mode", "matmul_perf_mode", "NkiValidationError"]
+
+
+# A documented instruction not implemented yet imports fine and raises "not supported yet" when used.
+from . import _api  # noqa: E402
+
+__getattr__ = _api.module_getattr("nki.isa", "nisa")
