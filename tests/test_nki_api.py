@@ -297,8 +297,38 @@ def test_every_documented_name_resolves_and_a_missing_one_says_not_supported_yet
 
 
 def test_from_import_of_a_missing_documented_name_works():
-    from torch_neuronx.nki.language import device_print  # noqa: F401  (documented, not implemented)
     from torch_neuronx.nki.isa import core_barrier  # noqa: F401
+    from torch_neuronx.nki.language import device_print  # noqa: F401  (documented, not implemented)
+
+
+def test_collectives_import_and_say_not_supported_yet():
+    import torch_neuronx.nki.collectives as ncc
+    from torch_neuronx.nki.collectives import ReplicaGroup
+
+    with pytest.raises(NkiTraceError, match="nki.collectives.all_gather is documented NKI 2.33 API"):
+        ncc.all_gather(None)
+    with pytest.raises(NkiTraceError, match="not support yet"):
+        ReplicaGroup([[0, 1]])
+
+
+def test_jit_takes_the_options_nki_library_passes():
+    @nki.jit(mode="trace")
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(x))
+        return out
+
+    x = torch.randn(8, 4)
+    assert torch.equal(nki.simulate(k)(x), x)
+    assert nki.jit(compile_config=None, specialization_config=None)(k.fn) is not None
+    with pytest.raises(TypeError, match="mode= was removed"):
+        nki.jit(lambda a: a, mode="baremetal")
+
+
+def test_isa_constants_module_holds_the_enums_as_nki_library_imports_them():
+    from torch_neuronx.nki.isa.constants import dge_mode, oob_mode
+
+    assert dge_mode is nisa.dge_mode and oob_mode is nisa.oob_mode and nisa.constants.engine is nisa.engine
 
 
 def test_readme_carries_the_current_coverage_table():

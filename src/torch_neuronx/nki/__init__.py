@@ -34,7 +34,7 @@ from ._errors import NkiTraceError, NkiValidationError
 from ._tensor import SHARED_HBM, NkiTensor
 
 __all__ = ["jit", "simulate", "estimate", "benchmark", "nki_op", "Spec", "NkiValidationError", "NkiTraceError",
-           "language", "isa", "typing", "dtype"]
+           "language", "isa", "typing", "collectives", "dtype"]
 
 
 def _strict() -> bool:
@@ -245,8 +245,12 @@ def _run(kernel: Kernel, args, kwargs, mode, profile=None):
 
 
 def jit(fn=None, **options):
-    """Makes `fn` an NKI kernel. Options of the old API (`mode=`, `platform_target=`) are refused, as
+    """Makes `fn` an NKI kernel. 2.33's `compile_config=`/`specialization_config=` tune AWS's compiler
+    and change no result here. `mode="trace"` (or "auto"), which nki-library's own kernels still pass,
+    is what nki.jit does anyway; the old API's other modes and `platform_target=` are refused, as
     NKI 0.3+ refuses them."""
+    if options.get("mode") in ("trace", "auto"):
+        options.pop("mode")
     for gone in ("mode", "platform_target"):
         if gone in options:
             raise TypeError(f"nki.jit: {gone}= was removed in NKI 0.3; call the kernel with neuron tensors, or "
@@ -325,5 +329,5 @@ def nki_op(name: str, mutates_args=(), device_types=None, schema=None):
     return wrap
 
 
-from . import isa, language, typing  # noqa: E402,F401
+from . import collectives, isa, language, typing  # noqa: E402,F401
 from ._dtypes import dtype  # noqa: E402,F401  (nki.dtype: the type of nl.float32 and friends)
