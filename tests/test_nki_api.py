@@ -283,6 +283,35 @@ def test_nc_matmul_itself_still_refuses_mixed_fp32_operands():
         nki.simulate(nki.jit(k))(torch.zeros(128, 64), torch.zeros(128, 32, dtype=torch.bfloat16))
 
 
+# --- creation and loop helpers -----------------------------------------------------------------------
+@nki.jit
+def identity_kernel(x, n, dtype):
+    eye = nl.ndarray((n, n), dtype=dtype, buffer=nl.shared_hbm)
+    notx = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(eye, nl.shared_identity_matrix(n, dtype=dtype))
+    nl.store(notx, nl.logical_not(nl.load(x)))
+    acc = nl.zeros((x.shape[0], 1), dtype=nl.float32)
+    for i in nl.dynamic_range(0, x.shape[1], 2):  # trip count known at trace time: unrolled
+        acc = nl.add(acc, nl.load(x[:, i:i + 1]))
+    total = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(total, acc)
+    return eye, notx, total
+
+
+@pytest.mark.parametrize("n,dtype", [(128, nl.float32), (40, nl.uint8), (64, nl.bfloat16)])
+def test_identity_matrix_logical_not_and_dynamic_range(n, dtype):
+    x = torch.randint(0, 3, (32, 8)).float()
+    eye, notx, total = both(identity_kernel, x, n, dtype)
+    assert torch.equal(eye, torch.eye(n, dtype=dtype))
+    assert torch.equal(notx, (x == 0).float())
+    assert torch.equal(total, x[:, ::2].sum(1, keepdim=True))
+
+
+def test_dynamic_range_over_a_runtime_value_says_not_supported_yet():
+    with pytest.raises(NkiTraceError, match="dynamic_range over a runtime register .* not supported yet"):
+        nl.dynamic_range(0, object())
+
+
 # --- the documented API ------------------------------------------------------------------------------
 @pytest.mark.parametrize("module,mod", [("nki.language", nl), ("nki.isa", nisa)])
 def test_every_documented_name_resolves_and_a_missing_one_says_not_supported_yet(module, mod):

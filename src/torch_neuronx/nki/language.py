@@ -95,6 +95,15 @@ def affine_range(*args, **_):
 sequential_range = static_range = affine_range
 
 
+def dynamic_range(*args, **_):
+    """A loop the hardware runs with a register as its trip count. Over ints known at trace time it is
+    the same loop unrolled (same result); over a runtime register it needs the executor's loops."""
+    if not all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+        raise NkiTraceError("nl.dynamic_range over a runtime register (nisa.register_*) is not supported yet; "
+                            "its bounds must be ints known when the kernel is traced")
+    return range(*args)
+
+
 def program_id(axis=0):
     grid = T.active().program_id
     if not 0 <= axis < len(grid):
@@ -203,6 +212,15 @@ def full(shape, fill_value, dtype, buffer=SBUF, name=""):
     return t
 
 
+def shared_identity_matrix(n, dtype=uint8, dst=None):
+    """An [n, n] identity in SBUF (uint8 by default, as documented): a tile of ones kept where the
+    affine value partition - column equals 0, zero elsewhere (nisa.affine_select on GpSimd)."""
+    out = dst if dst is not None else ndarray((n, n), dtype, SBUF)
+    ones_ = full((n, n), 1, out.dtype)
+    nisa.affine_select(out, [[-1, n]], 1, ones_, 0, cmp_op=equal)
+    return out
+
+
 def zeros_like(x, dtype=None, buffer=None, name=""):
     return zeros(x.shape, dtype or x.dtype, buffer or x.buffer, name)
 
@@ -290,6 +308,13 @@ right_shift = _Op("right_shift", alu="right_shift")
 abs_max = _Op("abs_max", alu="abs_max")
 abs_min = _Op("abs_min", alu="abs_min")
 fmod = _Op("fmod", alu="fmod")
+
+
+
+def logical_not(x, dtype=None):
+    """1 where x is 0 (false), else 0: `x == 0` on the Vector Engine."""
+    return equal(x, 0, dtype=dtype)
+
 
 _copy_op = _Op("copy", act="copy")
 exp = _Op("exp", act="exp")
