@@ -70,6 +70,16 @@ class ScaleConfig(nl.NKIObject):  # how nki-library declares a kernel's configur
     shift: float = 0.0
 
 
+@dataclasses.dataclass
+class ListConfig(nl.NKIObject):
+    scales: list
+    shift: float
+
+    @property
+    def scale(self):
+        return self.scales[0]
+
+
 @nki.jit
 def config_kernel(x, cfg):
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
@@ -81,6 +91,7 @@ def test_nkiobject_config_dataclass_is_a_kernel_argument_keyed_by_its_fields():
     x = torch.randn(128, 32)
     assert torch.equal(both(config_kernel, x, ScaleConfig(2.0, 1.0)), x * 2 + 1)
     assert torch.equal(both(config_kernel, x, ScaleConfig(3.0, 0.0)), x * 3)  # not the first trace again
+    assert torch.equal(both(config_kernel, x, ListConfig([2.0], 0.5)), x * 2 + 0.5)  # a list field keys too
     assert nl.NKIObject(a=1).a == 1
 
 

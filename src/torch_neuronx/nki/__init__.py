@@ -79,6 +79,8 @@ def _value_key(a):
         return tuple((type(x).__name__, _value_key(x)) for x in a)
     if isinstance(a, language.NKIObject):  # a config dataclass (often unhashable): keyed by its fields
         return (type(a).__qualname__, tuple((k, type(v).__name__, _value_key(v)) for k, v in sorted(vars(a).items())))
+    if isinstance(a, list):  # a list field of such a config (a kernel's own arguments may not be lists)
+        return ("list", tuple(_value_key(x) for x in a))
     return a
 
 
