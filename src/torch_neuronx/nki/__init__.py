@@ -16,6 +16,7 @@ cost model (_cost.py).
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 import struct
 import time
@@ -33,7 +34,7 @@ from ._errors import NkiTraceError, NkiValidationError
 from ._tensor import SHARED_HBM, NkiTensor
 
 __all__ = ["jit", "simulate", "estimate", "benchmark", "nki_op", "Spec", "NkiValidationError", "NkiTraceError",
-           "language", "isa"]
+           "language", "isa", "typing", "collectives", "dtype"]
 
 
 def _strict() -> bool:
@@ -76,6 +77,10 @@ def _value_key(a):
         return ("c", struct.pack("<dd", a.real, a.imag))
     if isinstance(a, tuple):
         return tuple((type(x).__name__, _value_key(x)) for x in a)
+    if isinstance(a, language.NKIObject):  # a config dataclass (often unhashable): keyed by its fields
+        return (type(a).__qualname__, tuple((k, type(v).__name__, _value_key(v)) for k, v in sorted(vars(a).items())))
+    if isinstance(a, list):  # a list field of such a config (a kernel's own arguments may not be lists)
+        return ("list", tuple(_value_key(x) for x in a))
     return a
 
 
@@ -92,10 +97,12 @@ class Kernel:
         functools.update_wrapper(self, fn)
 
     def __getitem__(self, grid):
+        """`kernel[g0, g1, ...]`: each entry an int, `nl.nc(n)` or `nl.spmd_dim(...)` (its number of
+        programs; which physical core runs a program changes no result on the software core)."""
         grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
-        if not grid or any(not isinstance(g, int) or g < 1 for g in grid):
-            raise ValueError(f"nki: a launch grid is positive ints, got {grid}")
-        return Kernel(self.fn, grid, self._cache)
+        if not grid:
+            raise ValueError("nki: a launch grid has at least one dimension")
+        return Kernel(self.fn, tuple(language.grid_size(g) for g in grid), self._cache)
 
     def __call__(self, *args, **kwargs):
         return _run(self, args, kwargs, "auto")
@@ -120,6 +127,21 @@ class Kernel:
             traced = self._cache[key] = self._trace(args, kwargs, profile)
         return traced, tensors
 
+    def _check_annotations(self, args, kwargs):
+        """Each tensor argument annotated `nt.tensor[shape, dtype]` is what it declares (nki.typing)."""
+        try:
+            bound = inspect.signature(self.fn).bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"nki: kernel {self.fn.__name__}: {e}") from None
+        try:  # string annotations (a module under `from __future__ import annotations`) evaluated
+            annotations = inspect.get_annotations(self.fn, eval_str=True)
+        except Exception:  # one naming what the module lacks: the rest are not worth failing a kernel for
+            annotations = self.fn.__annotations__
+        for name, value in bound.arguments.items():
+            ann = annotations.get(name)
+            if isinstance(ann, typing.TensorType) and isinstance(value, _TENSORS):
+                ann.check(name, *_spec(value))
+
     def _trace(self, args, kwargs, profile) -> _Traced:
         trace = T.Trace(profile, _strict())
         index = itertools.count()
@@ -129,6 +151,7 @@ class Kernel:
 
         sym_args = [symbolic(a) for a in args]
         sym_kwargs = {k: symbolic(kwargs[k]) for k in sorted(kwargs)}
+        self._check_annotations(args, kwargs)
         result = None
         with trace:
             trace.grid = self.grid
@@ -224,8 +247,12 @@ def _run(kernel: Kernel, args, kwargs, mode, profile=None):
 
 
 def jit(fn=None, **options):
-    """Makes `fn` an NKI kernel. Options of the old API (`mode=`, `platform_target=`) are refused, as
+    """Makes `fn` an NKI kernel. 2.33's `compile_config=`/`specialization_config=` tune AWS's compiler
+    and change no result here. `mode="trace"` (or "auto"), which nki-library's own kernels still pass,
+    is what nki.jit does anyway; the old API's other modes and `platform_target=` are refused, as
     NKI 0.3+ refuses them."""
+    if options.get("mode") in ("trace", "auto"):
+        options.pop("mode")
     for gone in ("mode", "platform_target"):
         if gone in options:
             raise TypeError(f"nki.jit: {gone}= was removed in NKI 0.3; call the kernel with neuron tensors, or "
@@ -304,4 +331,5 @@ def nki_op(name: str, mutates_args=(), device_types=None, schema=None):
     return wrap
 
 
-from . import isa, language  # noqa: E402,F401
+from . import collectives, isa, language, typing  # noqa: E402,F401
+from ._dtypes import dtype  # noqa: E402,F401  (nki.dtype: the type of nl.float32 and friends)

@@ -40,6 +40,10 @@ PROFILES = {
 
 PSUM_BANK_BYTES = 2048
 
+# A logical NeuronCore groups this many physical cores (LNC=1 or LNC=2 on Trn2 and Trn3, AWS's LNC
+# guide): what `nl.nc(n)` may name in a launch grid.
+LNC_DEGREES = (1, 2)
+
 
 @functools.lru_cache(maxsize=1)
 def _runtime_profile() -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import enum
 import math
+import sys
+import types
 
 import torch
 
@@ -556,3 +558,15 @@ __all__ = ["dma_copy", "tensor_copy", "memset", "iota", "affine_select", "tensor
            "scalar_tensor_tensor", "tensor_reduce", "tensor_partition_reduce", "activation", "activation_reduce",
            "reciprocal", "nc_matmul", "nc_transpose", "bn_stats", "bn_aggr", "max8", "engine", "reduce_cmd",
            "nc_version", "get_nc_version", "dge_mode", "oob_mode", "matmul_perf_mode", "NkiValidationError"]
+
+
+# nki.isa.constants: the enums again, where nki-library imports them (`from nki.isa.constants import
+# oob_mode`); a module object registered under that name, as isa is a module, not a package.
+constants = sys.modules[__name__ + ".constants"] = types.ModuleType(__name__ + ".constants")
+for _enum in (engine, reduce_cmd, nc_version, dge_mode, oob_mode, matmul_perf_mode):
+    setattr(constants, _enum.__name__, _enum)
+
+# A documented instruction not implemented yet imports fine and raises "not supported yet" when used.
+from . import _api  # noqa: E402
+
+__getattr__ = _api.module_getattr("nki.isa", "nisa")

@@ -8,21 +8,28 @@ from __future__ import annotations
 import builtins
 import math
 
-import torch
-
 from .. import _C
 from . import _trace as T
 from . import isa as nisa
+from . import _api, _dtypes
 from ._errors import NkiTraceError, fail
 from ._tensor import HBM, PSUM, SBUF, SHARED_HBM, Index, NkiTensor, no_masks
 
-# --- dtypes (torch dtypes, so tensors' .dtype compares with them) ------------------------------
-float32, bfloat16, float16 = torch.float32, torch.bfloat16, torch.float16
-float8_e4m3fn, float8_e5m2 = torch.float8_e4m3fn, torch.float8_e5m2
-int32, int16, int8, uint8, uint16, uint32 = torch.int32, torch.int16, torch.int8, torch.uint8, torch.uint16, \
-    torch.uint32
-bool_ = torch.bool
-tfloat32 = torch.float32  # fp32 storage; the PE array's 10-bit-mantissa rounding is not modelled
+# --- dtypes: torch dtypes where torch has them, so tensors' .dtype compares with them (_dtypes.py) -----
+from ._dtypes import (bfloat16, bool_, float4_e2m1fn_x4, float8_e4m3, float8_e4m3fn,  # noqa: E402,F401
+                      float8_e4m3fn_x4, float8_e5m2, float8_e5m2_x4, float8_e8m0fnu, float16, float32, int8, int16,
+                      int32, tfloat32, uint8, uint16, uint32)
+
+
+class NKIObject:
+    """The base of a kernel's dataclasses and configuration objects (nki-library's configs subclass it).
+    The tracer runs a kernel as Python, so such an object needs nothing from it; nki.jit keys its trace
+    cache on an NKIObject argument's fields."""
+
+    def __init__(self, **kwargs):
+        for k, v in kwargs.items():
+            setattr(self, k, v)
+
 
 # --- memories ----------------------------------------------------------------------------------
 sbuf, psum, hbm, shared_hbm = SBUF, PSUM, HBM, SHARED_HBM
@@ -35,24 +42,46 @@ def is_sbuf(buffer): return buffer == SBUF  # noqa: E704
 def is_psum(buffer): return buffer == PSUM  # noqa: E704
 
 
+def _core():
+    """The device profile of the kernel being traced (nki.estimate may name another), else the runtime's."""
+    trace = getattr(T._state, "trace", None)
+    return trace.profile if trace is not None else nisa._profile.current()
+
+
 class _TileSize:
+    """nl.tile_size: every field of NKI 2.33's tile_size; those that differ by generation come from the
+    device profile (SBUF per partition: Trn2 224 KiB, Trn3 256 KiB; the moving operand's free size)."""
     pmax = 128
-    psum_fmax = psum_bank_fmax = 512
-    psum_bank_fmax_bytes = 2048
+    psum_bank_fmax = 512  # fp32 elements in one 2 KiB PSUM bank of a partition
+    psum_fmax = psum_bank_fmax  # NKI's older name (deprecated in 0.4: it is per bank, not per partition)
+    psum_bank_fmax_bytes = psum_fmax_bytes = 2048
     psum_num_banks = 8
     gemm_stationary_fmax = 128
-    gemm_moving_fmax = 512
     bn_stats_fmax = 512
     psum_min_align = 2048
     sbuf_min_align = 64
 
     @property
-    def sbuf_size_bytes(self):
-        return nisa._profile.current().sbuf_partition_bytes * 128
+    def gemm_moving_fmax(self):
+        return _core().moving_fmax
 
     @property
     def sbuf_fmax_bytes(self):
-        return nisa._profile.current().sbuf_partition_bytes
+        return _core().sbuf_partition_bytes
+
+    @property
+    def sbuf_fmax(self):
+        return self.sbuf_fmax_bytes // 4  # in fp32 elements
+
+    @property
+    def sbuf_size_bytes(self):
+        return self.sbuf_fmax_bytes * self.pmax
+
+    @property
+    def total_available_sbuf_size(self):
+        """Usable SBUF bytes per partition (deprecated in NKI 0.4 for sbuf_fmax_bytes; despite the name,
+        per partition)."""
+        return self.sbuf_fmax_bytes
 
 
 tile_size = _TileSize()
@@ -64,6 +93,15 @@ def affine_range(*args, **_):
 
 
 sequential_range = static_range = affine_range
+
+
+def dynamic_range(*args, **_):
+    """A loop the hardware runs with a register as its trip count. Over ints known at trace time it is
+    the same loop unrolled (same result); over a runtime register it needs the executor's loops."""
+    if not all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+        raise NkiTraceError("nl.dynamic_range over a runtime register (nisa.register_*) is not supported yet; "
+                            "its bounds must be ints known when the kernel is traced")
+    return range(*args)
 
 
 def program_id(axis=0):
@@ -84,6 +122,54 @@ def num_programs(axes=None):
 
 def program_ndim():
     return len(T.active().grid)
+
+
+class nc:  # noqa: N801  (NKI's name)
+    """`nl.nc(n)`: a launch-grid dimension of n programs, one per physical core of a logical NeuronCore
+    (`kernel[nl.nc(2)]`, or a factor of `nl.spmd_dim`). Programs on the software core run one after
+    another over the same shared HBM, so where they run changes no result."""
+
+    def __init__(self, n):
+        if n not in nisa._profile.LNC_DEGREES:
+            raise ValueError(f"nl.nc({n}): a logical NeuronCore groups 1 or 2 physical cores (LNC=1 or LNC=2)")
+        self.n = n
+
+    def __repr__(self):
+        return f"nl.nc({self.n})"
+
+
+class spmd_dim:  # noqa: N801  (NKI's name)
+    """`nl.spmd_dim(*factors)`: one launch-grid dimension of size prod(factors), tiled by its factors
+    row-major — `kernel[nl.spmd_dim(nl.nc(2), 2), 2]` puts programs 0-1 of the first axis on core 0 and
+    2-3 on core 1; `nl.spmd_dim(2, nl.nc(2))` interleaves them. `nl.program_id` sees the flat index."""
+
+    def __init__(self, *factors):
+        if not factors:
+            raise ValueError("nl.spmd_dim() needs at least one factor")
+        for f in factors:
+            if not isinstance(f, nc) and not (isinstance(f, int) and not isinstance(f, bool) and f >= 1):
+                raise ValueError(f"nl.spmd_dim: a factor is a positive int or nl.nc(n), got {f!r}")
+        if builtins.sum(isinstance(f, nc) for f in factors) > 1:
+            raise ValueError("nl.spmd_dim: at most one nl.nc factor (one logical core per grid)")
+        self.factors = factors
+
+    @property
+    def size(self):
+        return math.prod(f.n if isinstance(f, nc) else f for f in self.factors)
+
+    def __repr__(self):
+        return f"nl.spmd_dim({', '.join(map(repr, self.factors))})"
+
+
+def grid_size(g):
+    """A launch-grid entry (int, nl.nc, nl.spmd_dim) as its number of programs; nki.jit's `kernel[...]`."""
+    if isinstance(g, nc):
+        return g.n
+    if isinstance(g, spmd_dim):
+        return g.size
+    if not isinstance(g, int) or isinstance(g, bool) or g < 1:
+        raise ValueError(f"nki: a launch grid entry is a positive int, nl.nc(n) or nl.spmd_dim(...), got {g!r}")
+    return g
 
 
 def arange(*args):
@@ -109,10 +195,7 @@ def ds(start, size):
 def ndarray(shape, dtype, buffer=SBUF, name="", address=None):
     if buffer not in (SBUF, PSUM, HBM, SHARED_HBM):
         raise NkiTraceError(f"buffer must be nl.sbuf, nl.psum, nl.hbm or nl.shared_hbm, not {buffer!r}")
-    if not isinstance(dtype, torch.dtype) or dtype in (torch.float64, torch.complex64, torch.complex128, torch.int64):
-        raise NkiTraceError(f"{dtype} is not an NKI dtype (NeuronCores compute fp32, bf16, fp16, fp8 and "
-                            f"integers up to 32 bits)")
-    return T.active().allocate(buffer, shape, dtype, name)
+    return T.active().allocate(buffer, shape, _dtypes.resolve(dtype), name)
 
 
 def zeros(shape, dtype, buffer=SBUF, name=""):
@@ -127,6 +210,15 @@ def full(shape, fill_value, dtype, buffer=SBUF, name=""):
     t = ndarray(shape, dtype, buffer, name)
     nisa.memset(t, fill_value)
     return t
+
+
+def shared_identity_matrix(n, dtype=uint8, dst=None):
+    """An [n, n] identity in SBUF (uint8 by default, as documented): a tile of ones kept where the
+    affine value partition - column equals 0, zero elsewhere (nisa.affine_select on GpSimd)."""
+    out = dst if dst is not None else ndarray((n, n), dtype, SBUF)
+    ones_ = full((n, n), 1, out.dtype)
+    nisa.affine_select(out, [[-1, n]], 1, ones_, 0, cmp_op=equal)
+    return out
 
 
 def zeros_like(x, dtype=None, buffer=None, name=""):
@@ -217,6 +309,13 @@ abs_max = _Op("abs_max", alu="abs_max")
 abs_min = _Op("abs_min", alu="abs_min")
 fmod = _Op("fmod", alu="fmod")
 
+
+
+def logical_not(x, dtype=None):
+    """1 where x is 0 (false), else 0: `x == 0` on the Vector Engine."""
+    return equal(x, 0, dtype=dtype)
+
+
 _copy_op = _Op("copy", act="copy")
 exp = _Op("exp", act="exp")
 log = _Op("log", act="log")
@@ -285,7 +384,12 @@ def transpose(x, dtype=None):
 
 
 def matmul(x, y, transpose_x=False):
-    """x @ y with x [M, K] (or [K, M] if transpose_x), y [K, N]; the fp32 result is a PSUM tile."""
+    """x @ y with x [M, K] (or [K, M] if transpose_x), y [K, N]; the fp32 result is a PSUM tile.
+
+    Mixed operands follow NKI's type promotion (the wider float wins, as nl.add's docs state): an fp32
+    operand with a bf16/fp16/fp8 one multiplies as fp32 × fp32, the narrow operand widened exactly by a
+    tensor_copy first — the PE array itself takes fp32 only with fp32 (nisa.nc_matmul keeps that rule),
+    and NKI's NumPy simulator computes such a product in fp32."""
     if not transpose_x:
         xt = copy(transpose(x))
     else:
@@ -294,8 +398,36 @@ def matmul(x, y, transpose_x=False):
         xt = copy(xt)
     if y.buffer != SBUF:
         y = copy(y)
+    if (xt.dtype == float32) != (y.dtype == float32):
+        xt, y = (xt if xt.dtype == float32 else copy(xt, dtype=float32),
+                 y if y.dtype == float32 else copy(y, dtype=float32))
     out = ndarray((xt.free_size, y.free_size), float32, PSUM)
     nisa.nc_matmul(out, xt, y)
+    return out
+
+
+def broadcast_to(x, shape, dtype=None):
+    """x broadcast to `shape` by NumPy's rules (same rank; each dim equal or broadcast from 1), as a new
+    SBUF tile; x itself when nothing changes. Along free dims an engine copy reads x with stride 0;
+    across partitions engines cannot reach other partitions, so a DMA replicates them (what the
+    compiler does for a partition broadcast)."""
+    shape = tuple(int(n) for n in shape)
+    if not isinstance(x, NkiTensor):
+        fail("operand", f"nl.broadcast_to takes a tile, got {type(x).__name__}", "broadcast_to")
+    if len(shape) != x.ndim or any(n != m and m != 1 for n, m in zip(shape, x.shape)):
+        fail("shape", f"cannot broadcast {tuple(x.shape)} to {shape}: same rank, and each dim equal or 1",
+             "broadcast_to")
+    if shape == tuple(x.shape) and (dtype is None or dtype == x.dtype):
+        return x
+    strides = tuple(0 if m == 1 and n != 1 else s for n, m, s in zip(shape, x.shape, x.strides))
+    view = NkiTensor(x.storage, shape, strides, x.offset, x.dtype)
+    out = _tile_for(shape, dtype or x.dtype)
+    if shape[0] != x.shape[0] or x.buffer != SBUF:
+        if x.buffer != SBUF:  # DMA cannot read PSUM
+            return broadcast_to(copy(x), shape, dtype)
+        nisa.dma_copy(out, view)
+    else:
+        nisa.tensor_copy(out, view)
     return out
 
 
@@ -334,12 +466,12 @@ def mean(x, axis, dtype=None, keepdims=False, mask=None):
     return multiply(s, 1.0 / count, dtype=dtype or x.dtype)
 
 
-def __getattr__(name):
-    if name == "float8_e4m3":
-        raise AttributeError("nl.float8_e4m3 (the IEEE-style e4m3, max 240) has no torch dtype here; use "
-                             "nl.float8_e4m3fn")
-    raise AttributeError(f"module 'nki.language' has no attribute {name!r}")
+# A documented name not implemented yet imports fine and raises "not supported yet" when used (_api.py).
+__getattr__ = _api.module_getattr("nki.language", "nl")
 
 
 # nl.copy is the tile-copy function and, as in NKI, also the identity activation (`op=nl.copy`).
 copy.act, copy.alu, copy.reduce, copy.bitvec = _copy_op.act, None, None, False
+
+# nl.dtype, the type of nl.float32 and friends; bound last, as `dtype` is also every function's parameter.
+dtype = _dtypes.dtype
