@@ -118,13 +118,12 @@ def test_access_pattern_of_a_sliced_view_counts_from_the_view():
 @nki.jit
 def pool_kernel(x):
     # 2x2 average pooling of (C, H, W) the way the average_pool2d tutorial walks its input: one
-    # pattern makes (C, H/2, W/2, 2, 2) windows, a reduction sums the last two free axes.
+    # pattern over the 3-D tile makes (C, H/2, W/2, 2, 2) windows, nl.sum folds the last two axes.
     c, h, w = x.shape
-    t = nl.ndarray((c, h * w), dtype=x.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=x.reshape((c, h * w)))
-    windows = t.ap([[h * w, c], [2 * w, h // 2], [2, w // 2], [w, 2], [1, 2]], 0)
-    s = nl.ndarray((c, h // 2, w // 2), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_reduce(dst=s, op=nl.add, data=windows, axis=(3, 4))
+    t = nl.ndarray((c, h, w), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    windows = t.ap([[h * w, c], [2 * w, h // 2], [2, w // 2], [w, 2], [1, 2]])
+    s = nl.sum(windows, axis=[3, 4])
     r = nl.ndarray((c, h // 2, w // 2), dtype=nl.float32, buffer=nl.sbuf)
     nisa.tensor_scalar(dst=r, data=s, op0=nl.multiply, operand0=0.25)
     out = nl.ndarray((c, h // 2, w // 2), dtype=nl.float32, buffer=nl.shared_hbm)
@@ -186,7 +185,7 @@ def test_view_dtype_reinterprets_in_place(where):
     kernel = hbm_view_kernel if where == "hbm" else sbuf_view_kernel
     got = both(kernel, x, (("slice", (1, 2, 10)), ("view", (nl.bfloat16,))))
     assert got.dtype == torch.bfloat16 and torch.equal(bits(got), bits(x[:, 2:10].contiguous()))
-    got = both(kernel, x, (("view", (nl.int32,)),))
+    got = both(kernel, x, (("reinterpret_cast", (nl.int32,)),))
     assert torch.equal(got, x.view(torch.int32))
 
 

@@ -356,6 +356,12 @@ class NkiTensor:
         strides = tuple(s * old // new for s in self.strides[:-1]) + (1,)
         return self._view(shape, strides, self.offset * old // new, dtype)
 
+    def reinterpret_cast(self, dtype) -> "NkiTensor":
+        """The bytes as `dtype` (view(dtype) by its C++ name, as nki-library's TensorView has it)."""
+        if not isinstance(dtype, torch.dtype):
+            fail("reinterpret_cast", f"{dtype!r} is not an nl dtype")
+        return self.view(dtype)
+
     def indirect(self, *args, **kwargs):
         raise NotImplementedError("nki: NkiTensor.indirect (tensor indirection, addresses read from SBUF) is not "
                                   "supported yet: the program executor has no indirect addressing")
