@@ -141,7 +141,7 @@ def test_get_pattern_and_offset_describe_a_view():
     def k(x):
         t = nl.ndarray((16, 4, 8), dtype=nl.float32, buffer=nl.sbuf)
         v = t[2:6, 1, 0:8:2]
-        assert v.get_pattern() == [[32, 4], [2, 4]] and v.offset == 2 * 32 + 8
+        assert v.get_pattern() == v.pattern == [[32, 4], [2, 4]] and v.offset == 2 * 32 + 8
         assert x.ap([[8, 2], [1, 8]], 8).get_pattern() == [[8, 2], [1, 8]]
         out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
         nisa.dma_copy(dst=out, src=x[0:1, 0:1])

@@ -5,8 +5,9 @@ names the kernel's line.
 
 On-chip tensors are Trainium-shaped: dimension 0 is the partition dimension (at most 128), the
 rest are free dimensions laid out inside each partition. A view's strides and offset are counted
-in elements of a dense [P, free...] layout; the tracer maps them to arena addresses once its
-allocator has placed the tile (`_trace.Trace.operand`)."""
+in elements (of the view's dtype) of the storage's dense [P, free...] layout, which is what an
+NKI access pattern (`ap`) states; the tracer maps them to arena addresses once its allocator has
+placed the tile (`_trace.Trace.operand`)."""
 from __future__ import annotations
 
 import itertools
@@ -199,6 +200,8 @@ class NkiTensor:
     def get_pattern(self) -> list:
         """The view as an access pattern, [[stride, count], ...] (its offset is `.offset`)."""
         return [[s, n] for s, n in zip(self.strides, self.shape)]
+
+    pattern = property(get_pattern)  # `t.pattern`, as NKI's language guide reads it
 
     def ap(self, pattern, offset=0, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
         """NKI's access pattern: the elements at `offset + sum(i_d * step_d)` for each index
