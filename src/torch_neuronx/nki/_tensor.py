@@ -5,12 +5,15 @@ names the kernel's line.
 
 On-chip tensors are Trainium-shaped: dimension 0 is the partition dimension (at most 128), the
 rest are free dimensions laid out inside each partition. A view's strides and offset are counted
-in elements of a dense [P, free...] layout; the tracer maps them to arena addresses once its
-allocator has placed the tile (`_trace.Trace.operand`)."""
+in elements (of the view's dtype) of the storage's dense [P, free...] layout, which is what an
+NKI access pattern (`ap`) states; the tracer maps them to arena addresses once its allocator has
+placed the tile (`_trace.Trace.operand`)."""
 from __future__ import annotations
 
 import itertools
 import math
+
+import torch
 
 from ._errors import NkiTraceError, NkiValidationError, fail
 
@@ -173,23 +176,203 @@ class NkiTensor:
             keep = sorted(set(keep) | {len(shape) - 1})
         return NkiTensor(self.storage, [shape[d] for d in keep], [strides[d] for d in keep], offset, self.dtype)
 
-    def reshape(self, shape):
-        shape = tuple(shape)
-        if -1 in shape:
-            known = math.prod(n for n in shape if n != -1)
-            shape = tuple(self.size // known if n == -1 else n for n in shape)
-        if math.prod(shape) != self.size:
-            fail("reshape", f"cannot reshape {self} to {shape}: element counts differ")
+    # --- NKI's view methods ---------------------------------------------------------------------
+    # Each returns a new (shape, strides, offset, dtype) over the same storage; nothing is copied.
+    # Strides and offset count elements of the view's own dtype in the storage's bytes, so a view
+    # that reinterprets the dtype (`ap(dtype=)`, `view(dtype)`) is a view like any other.
+
+    def _view(self, shape, strides, offset=None, dtype=None) -> "NkiTensor":
+        return NkiTensor(self.storage, shape, strides, self.offset if offset is None else offset,
+                         dtype or self.dtype)
+
+    def _dim(self, dim, what, ndim=None) -> int:
+        ndim = self.ndim if ndim is None else ndim
+        if isinstance(dim, bool) or not isinstance(dim, int) or not -ndim <= dim < ndim:
+            fail(what, f"dimension {dim!r} is out of range for {self}")
+        return dim % ndim
+
+    def _not_partition(self, dim, what):
+        # The partition dim of an on-chip tile is the hardware's 128 lanes, not an address: no view
+        # may split, merge, drop or insert it (NKI's rule for every view method).
+        if self.on_chip and dim == 0:
+            fail(what, f"{what} on dimension 0 of on-chip {self} would change its partition dimension")
+
+    def get_pattern(self) -> list:
+        """The view as an access pattern, [[stride, count], ...] (its offset is `.offset`)."""
+        return [[s, n] for s, n in zip(self.strides, self.shape)]
+
+    pattern = property(get_pattern)  # `t.pattern`, as NKI's language guide reads it
+
+    def ap(self, pattern, offset=0, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
+        """NKI's access pattern: the elements at `offset + sum(i_d * step_d)` for each index
+        `i_d < num_d` of `pattern = [[step, num], ...]`, counted in elements of `dtype` (the
+        tensor's own dtype by default) from this view's first element, as if the storage were
+        flattened. The result's shape is the nums. On chip the first pair is the partition dim."""
+        if scalar_offset is not None or vector_offset is not None:
+            raise NotImplementedError("nki: ap(scalar_offset=/vector_offset=) (dynamic offsets read from SBUF) is "
+                                      "not supported yet: the program executor has no indirect addressing")
+        rule = "access pattern"
+        pairs = [tuple(p) if isinstance(p, (list, tuple)) else p for p in pattern]
+        if not pairs or any(not (isinstance(p, tuple) and len(p) == 2 and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in p)) for p in pairs):
+            fail(rule, f"pattern must be a non-empty list of [step, num] pairs of ints, got {pattern!r}")
+        if any(n < 1 for _, n in pairs):
+            fail(rule, f"every num of {pattern!r} must be at least 1")
+        if any(s < 0 for s, _ in pairs):
+            raise NotImplementedError(f"nki: a negative step in access pattern {pattern!r} is not supported yet: the "
+                                      f"program executor takes views with non-negative strides only")
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise NotImplementedError(f"nki: ap(offset={type(offset).__name__}) is not supported yet: the offset "
+                                      f"must be an int known when the kernel is traced")
+        dtype = dtype or self.dtype
+        if not isinstance(dtype, torch.dtype):
+            fail(rule, f"dtype must be an nl dtype, got {dtype!r}")
+        start_bytes = self.offset * self.dtype.itemsize
+        if start_bytes % dtype.itemsize:
+            fail(rule, f"{self} starts at byte {start_bytes}, not a multiple of {dtype}'s {dtype.itemsize} bytes")
+        base = start_bytes // dtype.itemsize + offset
+        steps, nums = [s for s, _ in pairs], [n for _, n in pairs]
+        if self.on_chip:
+            self._check_on_chip_pattern(steps, nums, base, dtype, pattern)
+        else:
+            total = self.storage.partition_bytes * self.storage.shape[0] // dtype.itemsize \
+                if self.storage.shape else 1
+            last = base + sum(s * (n - 1) for s, n in zip(steps, nums))  # steps are >= 0
+            if base < 0 or last >= total:
+                fail(rule, f"pattern {pattern!r} at offset {offset} reaches element {base if base < 0 else last} "
+                           f"of {self}, which holds {total} elements of {dtype}")
+        return self._view(nums, steps, base, dtype)
+
+    def _check_on_chip_pattern(self, steps, nums, base, dtype, pattern):
+        rule, st = "access pattern", self.storage
+        free = st.partition_bytes // dtype.itemsize  # elements of `dtype` in one partition's row
+        if len(steps) > 5:
+            fail(rule, f"{len(steps) - 1} free dimensions in {pattern!r}: a NeuronCore reads at most 4 free "
+                       f"dimensions of an on-chip tensor (the first pair is the partition dim)")
+        if nums[0] > 1 and steps[0] != free:
+            fail(rule, f"the partition step of {pattern!r} is {steps[0]}, but partitions must be read contiguously: "
+                       f"on-chip {self} needs step {free} (the elements of its whole free dimension) in the "
+                       f"first pair")
+        p0, f0 = divmod(base, free)
+        if p0 + nums[0] > st.shape[0]:
+            fail(rule, f"pattern {pattern!r} reads partitions {p0}..{p0 + nums[0] - 1} of {self}, which has "
+                       f"{st.shape[0]} partitions")
+        last = f0 + sum(s * (n - 1) for s, n in zip(steps[1:], nums[1:]))
+        if base < 0 or last >= free:
+            fail(rule, f"pattern {pattern!r} reaches element {f0 if base < 0 else last} of a partition of {self}, "
+                       f"whose partitions hold {free} elements of {dtype}")
+
+    def slice(self, dim, start, end, step=1) -> "NkiTensor":
+        """Elements start:end:step of dimension `dim` (as `t[..., start:end:step, ...]`)."""
+        dim = self._dim(dim, "slice")
+        return self[(slice(None),) * dim + (slice(start, end, step),)]
+
+    def select(self, dim, index) -> "NkiTensor":
+        """Element `index` of dimension `dim`; the dimension is dropped."""
+        dim = self._dim(dim, "select")
+        if isinstance(index, NkiTensor):
+            raise NotImplementedError("nki: select(dim, index) with a tensor index (a dynamic select) is not "
+                                      "supported yet: the program executor has no indirect addressing")
+        self._not_partition(dim, "select")
+        if isinstance(index, bool) or not isinstance(index, int) or not -self.shape[dim] <= index < self.shape[dim]:
+            fail("select", f"index {index!r} is out of range for dimension {dim} of size {self.shape[dim]} of {self}")
+        if self.on_chip and self.ndim == 2:
+            fail("select", f"selecting from the only free dimension of on-chip {self} would leave it 1-D; "
+                           f"on-chip tensors are at least 2-D (use slice to keep a size-1 dimension)")
+        offset = self.offset + (index % self.shape[dim]) * self.strides[dim]
+        return self._view(self.shape[:dim] + self.shape[dim + 1:], self.strides[:dim] + self.strides[dim + 1:], offset)
+
+    def expand_dim(self, dim) -> "NkiTensor":
+        """A new dimension of size 1 at position `dim` (0..ndim)."""
+        dim = self._dim(dim, "expand_dim", self.ndim + 1)
+        self._not_partition(dim, "expand_dim")
+        return self._view(self.shape[:dim] + (1,) + self.shape[dim:], self.strides[:dim] + (0,) + self.strides[dim:])
+
+    def squeeze_dim(self, dim) -> "NkiTensor":
+        """Drops dimension `dim`, which must have size 1."""
+        dim = self._dim(dim, "squeeze_dim")
+        if self.shape[dim] != 1:
+            fail("squeeze_dim", f"dimension {dim} of {self} has size {self.shape[dim]}, not 1")
+        return self.select(dim, 0)
+
+    def reshape_dim(self, dim, shape) -> "NkiTensor":
+        """Splits dimension `dim` into `shape` (one entry may be -1)."""
+        dim = self._dim(dim, "reshape_dim")
+        self._not_partition(dim, "reshape_dim")
+        shape = _infer(tuple(shape), self.shape[dim], f"dimension {dim} of {self}", "reshape_dim")
+        inner = _dense_strides(shape)
+        strides = tuple(self.strides[dim] * s for s in inner)
+        return self._view(self.shape[:dim] + shape + self.shape[dim + 1:],
+                          self.strides[:dim] + strides + self.strides[dim + 1:])
+
+    def flatten_dims(self, start_dim, end_dim) -> "NkiTensor":
+        """Merges dimensions start_dim..end_dim (inclusive) into one; they must be laid out
+        one inside the next (a view's strides cannot express any other merge)."""
+        start_dim, end_dim = self._dim(start_dim, "flatten_dims"), self._dim(end_dim, "flatten_dims")
+        if start_dim > end_dim:
+            fail("flatten_dims", f"start_dim {start_dim} is after end_dim {end_dim}")
+        if end_dim > start_dim:
+            self._not_partition(start_dim, "flatten_dims")
+        for d in range(start_dim, end_dim):
+            if self.shape[d] != 1 and self.shape[d + 1] != 1 and \
+                    self.strides[d] != self.strides[d + 1] * self.shape[d + 1]:
+                fail("flatten_dims", f"dimensions {d} and {d + 1} of {self} (strides {self.strides}) are not "
+                                     f"contiguous with each other; copy the view first")
+        inner = [d for d in range(start_dim, end_dim + 1) if self.shape[d] != 1]
+        stride = self.strides[inner[-1]] if inner else 1
+        n = math.prod(self.shape[start_dim:end_dim + 1])
+        return self._view(self.shape[:start_dim] + (n,) + self.shape[end_dim + 1:],
+                          self.strides[:start_dim] + (stride,) + self.strides[end_dim + 1:])
+
+    def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None) -> "NkiTensor":
+        """einops-style: `src_pattern` names each dimension (a tuple of names splits one),
+        `dst_pattern` orders the names (a tuple merges them), e.g.
+        rearrange(('p', ('h', 'w'), 'c'), ('p', 'c', 'h', 'w'), {'h': 4})."""
+        return _rearrange(self, tuple(src_pattern), tuple(dst_pattern), dict(fixed_sizes or {}))
+
+    def reshape(self, shape) -> "NkiTensor":
+        """The same elements in a new shape (the view must be contiguous); on chip the partition
+        dim stays."""
+        shape = _infer(tuple(shape), self.size, str(self), "reshape")
         if not self.is_contiguous():
             fail("reshape", f"cannot reshape {self}: it is not contiguous")
         if self.on_chip and shape[0] != self.shape[0]:
             fail("reshape", f"reshaping on-chip {self} to {shape} would change its partition dimension")
         if self.on_chip:
             free_strides = _dense_strides(shape[1:])
-            return NkiTensor(self.storage, shape, (self.strides[0],) + free_strides, self.offset, self.dtype)
-        return NkiTensor(self.storage, shape, None, self.offset, self.dtype)
+            return self._view(shape, (self.strides[0],) + free_strides)
+        return self._view(shape, _dense_strides(shape))
 
-    view = reshape
+    def view(self, dtype_or_shape) -> "NkiTensor":
+        """`view(dtype)` reinterprets the bytes (the last dim scales by the itemsizes' ratio);
+        `view(shape)` is reshape."""
+        if not isinstance(dtype_or_shape, torch.dtype):
+            return self.reshape(dtype_or_shape)
+        dtype, old = dtype_or_shape, self.dtype.itemsize
+        new = dtype.itemsize
+        if self.ndim == 0 or self.strides[-1] != 1 and self.shape[-1] != 1:
+            fail("view", f"view({dtype}) needs {self} to be contiguous in its last dimension")
+        if (self.shape[-1] * old) % new or (self.offset * old) % new or any(
+                (s * old) % new for s in self.strides[:-1]):
+            fail("view", f"{self} cannot be reinterpreted as {dtype}: its rows are not whole {new}-byte elements")
+        shape = self.shape[:-1] + (self.shape[-1] * old // new,)
+        strides = tuple(s * old // new for s in self.strides[:-1]) + (1,)
+        return self._view(shape, strides, self.offset * old // new, dtype)
+
+    def reinterpret_cast(self, dtype) -> "NkiTensor":
+        """The bytes as `dtype` (view(dtype) by its C++ name, as nki-library's TensorView has it)."""
+        if not isinstance(dtype, torch.dtype):
+            fail("reinterpret_cast", f"{dtype!r} is not an nl dtype")
+        return self.view(dtype)
+
+    def indirect(self, *args, **kwargs):
+        raise NotImplementedError("nki: NkiTensor.indirect (tensor indirection, addresses read from SBUF) is not "
+                                  "supported yet: the program executor has no indirect addressing")
+
+    vector_select = indirect
+
+    def is_indirect(self) -> bool:
+        return False  # no view here is indirect (indirect() is not supported yet)
 
     def permute(self, dims):
         dims = tuple(dims)
@@ -248,6 +431,44 @@ class NkiTensor:
 
     def __hash__(self):
         return id(self)
+
+
+def _infer(shape, total, what, rule) -> tuple:
+    """`shape` with its one -1 filled in so that it holds `total` elements."""
+    if any(isinstance(n, bool) or not isinstance(n, int) or (n < 1 and n != -1) for n in shape) or shape.count(-1) > 1:
+        fail(rule, f"{shape} is not a shape (positive ints, at most one -1)")
+    known = math.prod(n for n in shape if n != -1)
+    if -1 in shape:
+        if total % known:
+            fail(rule, f"cannot fit {what} ({total} elements) into {shape}")
+        shape = tuple(total // known if n == -1 else n for n in shape)
+    if math.prod(shape) != total:
+        fail(rule, f"cannot view {what} ({total} elements) as {shape}: element counts differ")
+    return shape
+
+
+def _rearrange(t, src, dst, sizes):
+    """rearrange as reshape_dim (split src groups), permute, flatten_dims (merge dst groups)."""
+    rule = "rearrange"
+    if len(src) != t.ndim:
+        fail(rule, f"src_pattern {src} names {len(src)} dimensions; {t} has {t.ndim}")
+    groups = [(e,) if isinstance(e, str) else tuple(e) for e in src]
+    names = [n for g in groups for n in g]
+    out = [(e,) if isinstance(e, str) else tuple(e) for e in dst]
+    order = [n for g in out for n in g]
+    if len(set(names)) != len(names) or sorted(order) != sorted(names) or not all(isinstance(n, str) for n in names):
+        fail(rule, f"dst_pattern {dst} must use each name of src_pattern {src} exactly once")
+    for d in reversed(range(len(groups))):  # split from the last so earlier dims keep their index
+        if len(groups[d]) > 1:
+            t = t.reshape_dim(d, tuple(sizes.get(n, -1) for n in groups[d]))
+        elif groups[d][0] in sizes and sizes[groups[d][0]] != t.shape[d]:
+            fail(rule, f"{groups[d][0]}={sizes[groups[d][0]]} but dimension {d} of {t} has size {t.shape[d]}")
+    t = t.permute(tuple(names.index(n) for n in order))
+    at = [sum(len(g) for g in out[:i]) for i in range(len(out))]
+    for i in reversed(range(len(out))):  # merge from the last for the same reason
+        if len(out[i]) > 1:
+            t = t.flatten_dims(at[i], at[i] + len(out[i]) - 1)
+    return t
 
 
 __all__ = ["NkiTensor", "Storage", "Index", "NkiTraceError", "NkiValidationError"]

@@ -47,7 +47,8 @@ class Instr:
 
 
 def _span(t: NkiTensor) -> tuple:
-    """The elements a view touches, as an interval of its storage's dense layout."""
+    """The bytes a view touches, as an interval of its storage's dense layout (bytes, as views of
+    one storage may differ in dtype: `ap(dtype=)`, `view(dtype)`)."""
     lo = hi = t.offset
     for n, s in zip(t.shape, t.strides):
         if n > 1:
@@ -55,7 +56,7 @@ def _span(t: NkiTensor) -> tuple:
                 hi += (n - 1) * s
             else:
                 lo += (n - 1) * s
-    return lo, hi + 1
+    return lo * t.dtype.itemsize, (hi + 1) * t.dtype.itemsize
 
 
 # The trace of each live program, by its serial: a profiler's span of a launch is priced from it.
@@ -195,7 +196,7 @@ class Trace:
         if st.buffer not in ON_CHIP:
             return (_HBM, self.hbm.index(st), o.dtype, o.offset * item, o.shape, o.strides)
         row = rows[st.buffer]
-        free = st.free_elements
+        free = st.partition_bytes // item  # a partition's row in elements of the view's dtype
         p0, f0 = divmod(o.offset, free)
         strides = list(o.strides)
         strides[0] = (o.strides[0] // free) * (row // item) if o.shape[0] > 1 else row // item
