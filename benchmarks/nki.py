@@ -3,6 +3,7 @@ equivalent torch op on neuron, measured in the same run, and the cost model's Tr
 each kernel with its TFLOP/s. Issue #24's targets: matmul 1024² bf16 ≤ 2× torch.mm, rmsnorm
 [4096, 1024] ≤ 3× F.rms_norm, flash-attention forward [1, 8, 1024, 64] ≤ 3× SDPA; the Trn2
 estimate of the library matmul on 4096² bf16 within 1.5× of the Tensor Engine's roofline.
+Issue #36's: a cumsum through nisa.tensor_tensor_scan [4096, 1024] ≤ 3× torch.cumsum.
 Run on a quiet machine: `make bench-nki`.
 """
 import argparse
@@ -13,6 +14,8 @@ import torch.nn.functional as F
 
 import torch_neuronx  # noqa: F401
 import torch_neuronx.nki as nki
+import torch_neuronx.nki.isa as nisa
+import torch_neuronx.nki.language as nl
 from torch_neuronx.nki import _profile, kernels
 
 N = "neuron"
@@ -31,6 +34,27 @@ def timed(fn, iters):
     return best
 
 
+@nki.jit
+def cumsum_kernel(x):
+    """Row-wise cumsum, 128 rows per tile and 512 columns per scan, each scan carrying on from the
+    previous one's last column (as nki-library's cumsum does; rows a multiple of 128)."""
+    rows, cols = x.shape
+    chunk = min(cols, 512)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    ones = nl.ndarray((128, chunk), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(ones, 1.0)
+    for r in nl.affine_range(rows // 128):
+        carry = 0.0
+        for c in nl.sequential_range(cols // chunk):
+            t = nl.ndarray((128, chunk), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x[r * 128:(r + 1) * 128, c * chunk:(c + 1) * chunk])
+            acc = nl.ndarray((128, chunk), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_tensor_scan(dst=acc, data0=ones, data1=t, initial=carry, op0=nl.multiply, op1=nl.add)
+            nisa.dma_copy(dst=out[r * 128:(r + 1) * 128, c * chunk:(c + 1) * chunk], src=acc)
+            carry = acc[:, chunk - 1:chunk]
+    return out
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--iters", type=int, default=5)
@@ -39,20 +63,23 @@ def main():
     a, b = torch.randn(1024, 1024, dtype=bf16, device=N), torch.randn(1024, 1024, dtype=bf16, device=N)
     x, w = torch.randn(4096, 1024, dtype=bf16, device=N), torch.randn(1024, dtype=bf16, device=N)
     q, k, v = (torch.randn(1, 8, 1024, 64, dtype=bf16, device=N) for _ in range(3))
+    c = torch.randn(4096, 1024, device=N)
     cases = [
         ("matmul 1024x1024 bf16", kernels.matmul, (a, b), lambda: a @ b, 2.0, 2 * 1024 ** 3),
         ("rmsnorm [4096, 1024] bf16", kernels.rmsnorm, (x, w, 1e-6), lambda: F.rms_norm(x, (1024,), w, 1e-6), 3.0,
          4 * 4096 * 1024),
         ("flash-attn fwd [1,8,1024,64] causal", kernels.flash_attention_fwd, (q, k, v, True),
          lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), 3.0, 2 * 2 * 8 * 1024 * 1024 * 64 // 2),
+        ("cumsum (tensor_tensor_scan) [4096, 1024] fp32", cumsum_kernel, (c,), lambda: torch.cumsum(c, 1), 3.0,
+         4096 * 1024),
     ]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; neuron = {torch.neuron.get_device_name()}\n")
-    print(f"{'kernel':<38}{'nki ms':>9}{'torch ms':>10}{'ratio':>8}{'target':>8}   trn2 estimate")
+    print(f"{'kernel':<46}{'nki ms':>9}{'torch ms':>10}{'ratio':>8}{'target':>8}   trn2 estimate")
     for name, kernel, kargs, torch_fn, target, flops in cases:
         nki_s = timed(lambda: kernel(*kargs), args.iters)
         torch_s = timed(torch_fn, args.iters)
         est = nki.estimate(kernel, profile="trn2")(*kargs)
-        print(f"{name:<38}{nki_s * 1e3:>9.2f}{torch_s * 1e3:>10.2f}{nki_s / torch_s:>7.2f}x{'<= ' + str(target):>8}   "
+        print(f"{name:<46}{nki_s * 1e3:>9.2f}{torch_s * 1e3:>10.2f}{nki_s / torch_s:>7.2f}x{'<= ' + str(target):>8}   "
               f"{est.latency_us:9.1f} us, {flops / est.latency_us / 1e6:6.2f} TFLOP/s")
     big = torch.zeros(4096, 4096, dtype=bf16)
     for profile in ("trn2", "trn3"):

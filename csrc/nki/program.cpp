@@ -188,6 +188,77 @@ void matmul(const at::Tensor& dst, const at::Tensor& st, const at::Tensor& mv, b
   dst.view({m, n}).addmm_(fp32(st.reshape({k, m})).t(), fp32(mv.reshape({k, n})), accumulate ? 1.0f : 0.0f, 1.0f);
 }
 
+// One element of an ALU op (the arithmetic ones of kBinaries), in fp32 as the Vector Engine computes.
+float alu(int64_t op, float a, float b) {
+  switch (op) {
+    case 0:
+      return a + b;
+    case 1:
+      return a - b;
+    case 2:
+      return a * b;
+    case 3:
+      return a / b;
+    case 4:
+      return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
+    case 5:
+      return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
+    case 6:
+      return std::pow(a, b);
+    case 21:
+      return std::max(std::fabs(a), std::fabs(b));
+    case 22:
+      return std::min(std::fabs(a), std::fabs(b));
+    case 23:
+      return std::fmod(a, b);
+    default:
+      TORCH_CHECK(false, "nki: ALU op ", op, " cannot run in a scan");
+  }
+}
+
+// A scan is a recurrence along each partition's free elements: no whole-tile ATen op computes it
+// for an arbitrary op pair, so it is the one step that loops over elements (on contiguous fp32
+// copies, partitions outer, as the Vector Engine streams each partition's row).
+at::Tensor scan(const at::Tensor& data0, const at::Tensor& data1, const at::Tensor& initial, const Step& s) {
+  const at::Tensor a = data0.reshape({data0.size(0), -1}).to(at::kFloat).contiguous();
+  const at::Tensor b = data1.reshape({data1.size(0), -1}).to(at::kFloat).contiguous();
+  const at::Tensor init = initial.reshape({-1}).to(at::kFloat).expand({a.size(0)}).contiguous();
+  at::Tensor out = at::empty(a.sizes(), at::kFloat);
+  const int64_t parts = a.size(0), n = a.size(1), op0 = s.i[0], op1 = s.i[1];
+  const bool rev0 = s.i[2] != 0, rev1 = s.i[3] != 0;
+  const float *pa = a.const_data_ptr<float>(), *pb = b.const_data_ptr<float>(), *pi = init.const_data_ptr<float>();
+  float* po = out.mutable_data_ptr<float>();
+  if (op0 == 2 && op1 == 0) {
+    // The linear recurrence acc = x·acc + y (cumsum, mamba's state; both ops commute exactly, so
+    // reverse0/1 change nothing): eight partitions at once, each step's multiply-add chain
+    // overlapping the other seven's, where one partition alone waits on its own latency.
+    constexpr int64_t kLanes = 8;
+    for (int64_t p0 = 0; p0 < parts; p0 += kLanes) {
+      const int64_t lanes = std::min(kLanes, parts - p0);
+      float acc[kLanes];
+      for (int64_t r = 0; r < lanes; ++r) acc[r] = pi[p0 + r];
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t r = 0; r < lanes; ++r) {
+          const int64_t e = (p0 + r) * n + j;
+          acc[r] = pa[e] * acc[r] + pb[e];
+          po[e] = acc[r];
+        }
+      }
+    }
+    return out;
+  }
+  for (int64_t p = 0; p < parts; ++p) {
+    float acc = pi[p];
+    for (int64_t j = 0; j < n; ++j) {
+      const float x = pa[p * n + j], y = pb[p * n + j];
+      const float t = rev0 ? alu(op0, acc, x) : alu(op0, x, acc);
+      acc = rev1 ? alu(op1, y, t) : alu(op1, t, y);
+      po[p * n + j] = acc;
+    }
+  }
+  return out;
+}
+
 class Memory {
  public:
   Memory(const std::vector<at::Tensor>& hbm, const std::vector<at::Tensor>& constants, int64_t sbuf_row,
@@ -387,6 +458,20 @@ void execute(Memory& mem, const Step& s, int team) {
       const Threads threads(macs >= kTeamMatmul ? team : 1);
       const at::Tensor r = at::mm(at::cat(stationary, 0).t(), at::cat(moving, 0));
       dst.view({r.size(0), r.size(1)}).copy_(r);
+      return;
+    }
+    case kScan: {
+      const at::Tensor init = s.i[4] ? mem.view(o[3]) : at::scalar_tensor(s.f[0], at::kFloat);
+      mem.write(o[0], scan(mem.view(o[1]), mem.view(o[2]), init, s));
+      return;
+    }
+    case kFindIndex8: {
+      // [P, 8, F] matches; argmax of the first match (a value absent from its partition gives the
+      // largest uint32, as nothing matched).
+      const at::Tensor data = fp32(mem.view(o[1])), vals = fp32(mem.view(o[2]));
+      const at::Tensor hit = data.reshape({data.size(0), 1, -1}).eq(vals.reshape({vals.size(0), -1, 1}));
+      const at::Tensor first = hit.to(at::kByte).argmax(2);
+      mem.write(o[0], at::where(hit.any(2), first, at::scalar_tensor(int64_t{0xFFFFFFFF}, at::kLong)));
       return;
     }
     default:

@@ -1,0 +1,140 @@
+"""Instructions of issue 36 (round two): the Vector Engine's scan, tensor_scalar with a free-axis
+reduction, and nc_find_index8. Semantics and cost estimates from the NKI 2.33 API reference."""
+from __future__ import annotations
+
+import torch
+
+from . import _trace as T
+from ._errors import check, fail
+from ._isa_base import MIN_II, _on_chip, _op, _same_tile, _scalar_step
+from ._isa_base import reduce_cmd as _cmd
+from ._tensor import PSUM, NkiTensor
+
+# The ALU ops a scan's recurrence may use: the arithmetic ones (program.cpp's `alu`), not
+# comparisons or bitwise ops.
+_ARITHMETIC = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "abs_max", "abs_min", "fmod")
+
+
+def _arithmetic(op, what, ins):
+    code = _op(op, "alu", ins)
+    name = getattr(op, "__name__", repr(op))
+    check(name in _ARITHMETIC, "op", f"{what} must be an arithmetic ALU op ({', '.join(_ARITHMETIC)}), got {name}",
+          ins)
+    return code
+
+
+def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False, name=None):
+    """Per partition, along the (flattened) free elements j:
+    dst[:, j] = op1(op0(data0[:, j], dst[:, j-1]), data1[:, j]), with dst[:, -1] = initial (a number
+    or a [P, 1] tile); reverse0/reverse1 swap op0's/op1's operands. Computed in fp32."""
+    ins = "tensor_tensor_scan"
+    for t, w in ((dst, "dst"), (data0, "data0"), (data1, "data1")):
+        _on_chip(t, w, ins)
+    _same_tile(data0, data1, "data0", "data1", ins)
+    _same_tile(dst, data0, "dst", "data0", ins)
+    check(not (data0.buffer == PSUM and data1.buffer == PSUM), "memory", "data0 and data1 cannot both be in PSUM",
+          ins)
+    codes = [_arithmetic(op0, "op0", ins), _arithmetic(op1, "op1", ins)]
+    operands, reads, value = [dst, data0, data1], [data0, data1], 0.0
+    if isinstance(initial, NkiTensor):
+        _on_chip(initial, "initial", ins)
+        check(initial.shape[0] == data0.shape[0] and initial.free_size == 1, "shape",
+              f"initial must be a number or a [{data0.shape[0]}, 1] tile, got {tuple(initial.shape)}", ins)
+        operands.append(initial)
+        reads.append(initial)
+    elif isinstance(initial, (int, float)):
+        value = float(initial)
+    else:
+        fail("operand", f"initial is a number or a [P, 1] tile, not {type(initial).__name__}", ins)
+    flags = codes + [int(bool(reverse0)), int(bool(reverse1)), int(isinstance(initial, NkiTensor))]
+    # The docs give no separate estimate; a scan streams each partition's row once, as tensor_tensor.
+    T.active().emit(ins, "vector", reads=reads, writes=[dst], steps=[(T.SCAN, operands, flags, [value])],
+                    cycles=max(MIN_II, data0.free_size))
+
+
+def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res, reverse0=False,
+                         reduce_cmd=_cmd.reset_reduce, reduce_init=None, reduce_res_negate=False, name=None):
+    """dst = data op0 operand0 (as tensor_scalar, one op), and reduce_res[:, 0] = reduce_op of that
+    result over all free axes (of the fp32 result, before dst's rounding, as activation's reduce)."""
+    ins = "tensor_scalar_reduce"
+    _on_chip(dst, "dst", ins), _on_chip(data, "data", ins), _on_chip(reduce_res, "reduce_res", ins)
+    _same_tile(dst, data, "dst", "data", ins)
+    check(data.ndim <= 4, "shape", f"data has {data.ndim - 1} free dims; the limit is 3", ins)
+    check(reduce_res.shape[0] == data.shape[0] and reduce_res.free_size == 1, "shape",
+          f"reduce_res must be [{data.shape[0]}, 1], got {tuple(reduce_res.shape)}", ins)
+    _arithmetic(op0, "op0", ins)
+    code = _op(reduce_op, "reduce", ins)
+    if reduce_cmd not in (None, _cmd.reset_reduce) or reduce_init is not None:
+        # The accumulator's other modes (reduce, load_reduce) carry state between instructions.
+        fail("reduce_cmd", "tensor_scalar_reduce supports reduce_cmd=reset_reduce without reduce_init only "
+                           "(not supported yet: the accumulating modes)", ins)
+    trace = T.active()
+    mid = trace.reg(data.shape)
+    steps = [_scalar_step(mid, data, op0, operand0, reverse0, ins), (T.COPY, [dst, mid], [], []),
+             (T.REDUCE, [reduce_res, mid], [code, int(bool(reduce_res_negate)), 1], [])]
+    reads = [data] + ([operand0] if isinstance(operand0, NkiTensor) else [])
+    trace.emit(ins, "vector", reads=reads, writes=[dst, reduce_res], steps=steps,
+               cycles=max(MIN_II, data.free_size) + MIN_II)
+
+
+def nc_find_index8(dst, data, vals, name=None):
+    """dst[p, k] = the index of the first element of data's partition p (free dims flattened) equal
+    to vals[p, k]; a value absent from the partition gives the all-ones sentinel of dst's dtype."""
+    ins = "nc_find_index8"
+    _on_chip(dst, "dst", ins), _on_chip(data, "data", ins), _on_chip(vals, "vals", ins)
+    n = data.free_size
+    check(data.ndim <= 4, "shape", f"data has {data.ndim - 1} free dims; the limit is 3", ins)
+    check(8 <= n <= 16384, "size", f"nc_find_index8 takes 8 to 16384 elements per partition, got {n}", ins)
+    check(vals.shape[0] == data.shape[0] and vals.free_size == 8, "shape",
+          f"vals must hold 8 values for each of data's {data.shape[0]} partitions, got {tuple(vals.shape)}", ins)
+    check(dst.shape[0] == data.shape[0] and dst.free_size == 8, "shape", f"dst must be [{data.shape[0]}, 8]", ins)
+    check(dst.dtype in (torch.uint16, torch.uint32), "dtype", f"dst must be uint16 or uint32, not {dst.dtype}", ins)
+    T.active().emit(ins, "vector", reads=[data, vals], writes=[dst],
+                    steps=[(T.FIND_INDEX8, [dst, data, vals], [], [])], cycles=max(MIN_II, n))
+
+
+_CUMULATIVE = {"add": 0.0, "subtract": 0.0, "multiply": 1.0, "maximum": float("-inf"), "minimum": float("inf")}
+
+
+def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=_cmd.reset_reduce, reverse0=False,
+                             name=None):
+    """Per partition, along the (flattened) free elements i: reg = op1(op0(src[i], imm0), reg) (op0's
+    operands swapped by reverse0), dst[i] = reg; reg starts at op1's identity (reset_reduce) or at
+    imm1 (load_reduce). Lowered to tensor_scalar's step and a scan whose second op multiplies by one."""
+    ins = "tensor_scalar_cumulative"
+    _on_chip(dst, "dst", ins), _on_chip(src, "src", ins)
+    _same_tile(dst, src, "dst", "src", ins)
+    for t, w in ((dst, "dst"), (src, "src")):
+        check(t.dtype not in (torch.int32, torch.uint32), "dtype", f"{w} is {t.dtype}: the Vector Engine's "
+              f"cumulative reduction takes no 32-bit integer tiles", ins)
+    _arithmetic(op0, "op0", ins)
+    name1 = getattr(op1, "__name__", repr(op1))
+    check(name1 in _CUMULATIVE, "op", f"op1 must be one of nl.{', nl.'.join(_CUMULATIVE)}, got {name1}", ins)
+    code1 = _op(op1, "alu", ins)
+    trace = T.active()
+    mid = trace.reg(src.shape)
+    ones = trace.const(torch.ones(src.shape))
+    operands, reads, value, tile_init = [dst, mid, ones], [src], _CUMULATIVE[name1], False
+    if reduce_cmd in (None, _cmd.idle, _cmd.reset_reduce):
+        pass  # a fresh accumulator: op1's identity
+    elif reduce_cmd == _cmd.load_reduce:
+        if isinstance(imm1, NkiTensor):
+            _on_chip(imm1, "imm1", ins)
+            check(imm1.shape[0] == src.shape[0] and imm1.free_size == 1, "shape",
+                  f"imm1 must be a number or a [{src.shape[0]}, 1] tile, got {tuple(imm1.shape)}", ins)
+            operands.append(imm1)
+            reads.append(imm1)
+            tile_init = True
+        elif isinstance(imm1, (int, float)):
+            value = float(imm1)
+        else:
+            fail("operand", "reduce_cmd=load_reduce starts from imm1: give a number or a [P, 1] tile", ins)
+    else:
+        # reduce carries the accumulator over from an earlier instruction.
+        fail("reduce_cmd", f"tensor_scalar_cumulative with {reduce_cmd} is not supported yet (reset_reduce, "
+                           f"load_reduce)", ins)
+    if isinstance(imm0, NkiTensor):
+        reads.append(imm0)
+    steps = [_scalar_step(mid, src, op0, imm0, reverse0, ins),
+             (T.SCAN, operands, [code1, 2, 0, 0, int(tile_init)], [value])]
+    trace.emit(ins, "vector", reads=reads, writes=[dst], steps=steps, cycles=max(MIN_II, src.free_size))
