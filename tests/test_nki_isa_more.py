@@ -220,6 +220,81 @@ def test_rule_tensor_scalar_cumulative_takes_no_int32_and_only_reductions():
     expect_rule("op1 must be one of", k2, (1, 1))
 
 
+# --- range_select, select_reduce ---------------------------------------------------------------
+@nki.jit
+def range_select_kernel(x, start, bound_tile, with_reduce):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    red = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    row = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.iota(row, [[1, 1]], offset=0, channel_multiplier=1)  # bound0[p] = p: a causal mask
+    upper = row if bound_tile else 3.0
+    y = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    r = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(r, 0.0)
+    nisa.range_select(dst=y, on_true_tile=t, comp_op0=nl.less_equal, comp_op1=nl.greater_equal, bound0=upper,
+                      bound1=1.0, range_start=start, reduce_res=r if with_reduce else None)
+    nl.store(out, y)
+    nl.store(red, r)
+    return out, red
+
+
+@pytest.mark.parametrize("start,bound_tile", [(0, True), (2, True), (0, False)])
+def test_range_select_keeps_the_index_range_and_reduces_max(start, bound_tile):
+    x = torch.randn(16, 24)
+    host = nki.simulate(range_select_kernel)(x, start, bound_tile, True)
+    dev = range_select_kernel(x.to(N), start, bound_tile, True)
+    for h, d in zip(host, dev):
+        assert torch.equal(h, d.cpu())
+    j = torch.arange(24.0).view(1, -1) + start
+    upper = torch.arange(16.0).view(-1, 1) if bound_tile else torch.full((16, 1), 3.0)
+    keep = (j <= upper) & (j >= 1.0)
+    fill = torch.tensor(torch.finfo(torch.float32).min)
+    want = torch.where(keep, x, fill)
+    assert torch.equal(host[0], want)
+    assert torch.equal(host[1].view(-1), want.amax(1))
+
+
+@nki.jit
+def select_reduce_kernel(x, pred, on_false, reverse):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    red = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    t, m = nl.load(x), nl.load(pred)
+    y = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    r = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.select_reduce(dst=y, predicate=m, on_true=t, on_false=on_false, reduce_res=r, reverse_pred=reverse)
+    nl.store(out, y)
+    nl.store(red, r)
+    return out, red
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_select_reduce_is_where_then_max(reverse):
+    x, pred = torch.randn(32, 40), torch.randint(0, 3, (32, 40), dtype=torch.uint8)
+    host = nki.simulate(select_reduce_kernel)(x, pred, -5.0, reverse)
+    dev = select_reduce_kernel(x.to(N), pred.to(N), -5.0, reverse)
+    for h, d in zip(host, dev):
+        assert torch.equal(h, d.cpu())
+    keep = pred == 0 if reverse else pred != 0
+    want = torch.where(keep, x, torch.tensor(-5.0))
+    assert torch.equal(host[0], want)
+    assert torch.equal(host[1].view(-1), want.amax(1))
+
+
+def test_rule_select_reduce_predicate_is_a_small_integer_tile():
+    def k(x):
+        d, t, p = _tiles(3)
+        nisa.select_reduce(dst=d, predicate=p, on_true=t, on_false=0.0)
+    expect_rule("predicate is torch.float32; it must be int8", k, (1, 1))
+
+
+def test_rule_range_select_compares():
+    def k(x):
+        d, t = _tiles(2)
+        nisa.range_select(dst=d, on_true_tile=t, comp_op0=nl.add, comp_op1=nl.less, bound0=1.0, bound1=2.0)
+    expect_rule("comp_op0 must be a comparison", k, (1, 1))
+
+
 # --- nc_find_index8 -------------------------------------------------------------------------------
 @nki.jit
 def find_index8_kernel(x, missing, dtype):

@@ -216,15 +216,24 @@ float alu(int64_t op, float a, float b) {
   }
 }
 
+// A tile's free elements as [P, n] fp32 rows, each row's elements adjacent: the tile itself where
+// it already is so (an fp32 SBUF tile: rows `row` elements apart), else a dense fp32 copy.
+at::Tensor fp32_rows(const at::Tensor& t) {
+  at::Tensor r = t.reshape({t.size(0), -1});
+  if (r.scalar_type() != at::kFloat || (r.size(1) > 1 && r.stride(1) != 1)) r = r.to(at::kFloat).contiguous();
+  return r;
+}
+
 // A scan is a recurrence along each partition's free elements: no whole-tile ATen op computes it
-// for an arbitrary op pair, so it is the one step that loops over elements (on contiguous fp32
-// copies, partitions outer, as the Vector Engine streams each partition's row).
+// for an arbitrary op pair, so it is the one step that loops over elements (partitions outer, as
+// the Vector Engine streams each partition's row). The result goes to a fresh tensor, so a dst
+// that overlaps data0/data1 reads nothing already overwritten.
 at::Tensor scan(const at::Tensor& data0, const at::Tensor& data1, const at::Tensor& initial, const Step& s) {
-  const at::Tensor a = data0.reshape({data0.size(0), -1}).to(at::kFloat).contiguous();
-  const at::Tensor b = data1.reshape({data1.size(0), -1}).to(at::kFloat).contiguous();
+  const at::Tensor a = fp32_rows(data0), b = fp32_rows(data1);
   const at::Tensor init = initial.reshape({-1}).to(at::kFloat).expand({a.size(0)}).contiguous();
   at::Tensor out = at::empty(a.sizes(), at::kFloat);
   const int64_t parts = a.size(0), n = a.size(1), op0 = s.i[0], op1 = s.i[1];
+  const int64_t sa = a.stride(0), sb = b.stride(0);
   const bool rev0 = s.i[2] != 0, rev1 = s.i[3] != 0;
   const float *pa = a.const_data_ptr<float>(), *pb = b.const_data_ptr<float>(), *pi = init.const_data_ptr<float>();
   float* po = out.mutable_data_ptr<float>();
@@ -239,9 +248,9 @@ at::Tensor scan(const at::Tensor& data0, const at::Tensor& data1, const at::Tens
       for (int64_t r = 0; r < lanes; ++r) acc[r] = pi[p0 + r];
       for (int64_t j = 0; j < n; ++j) {
         for (int64_t r = 0; r < lanes; ++r) {
-          const int64_t e = (p0 + r) * n + j;
-          acc[r] = pa[e] * acc[r] + pb[e];
-          po[e] = acc[r];
+          const int64_t p = p0 + r;
+          acc[r] = pa[p * sa + j] * acc[r] + pb[p * sb + j];
+          po[p * n + j] = acc[r];
         }
       }
     }
@@ -250,7 +259,7 @@ at::Tensor scan(const at::Tensor& data0, const at::Tensor& data1, const at::Tens
   for (int64_t p = 0; p < parts; ++p) {
     float acc = pi[p];
     for (int64_t j = 0; j < n; ++j) {
-      const float x = pa[p * n + j], y = pb[p * n + j];
+      const float x = pa[p * sa + j], y = pb[p * sb + j];
       const float t = rev0 ? alu(op0, acc, x) : alu(op0, x, acc);
       acc = rev1 ? alu(op1, y, t) : alu(op1, t, y);
       po[p * n + j] = acc;

@@ -1,12 +1,13 @@
-"""Instructions of issue 36 (round two): the Vector Engine's scan, tensor_scalar with a free-axis
-reduction, and nc_find_index8. Semantics and cost estimates from the NKI 2.33 API reference."""
+"""Instructions of issue 36 (round two): the Vector Engine's scans (tensor_tensor_scan,
+tensor_scalar_cumulative), tensor_scalar with a free-axis reduction, range_select, select_reduce
+and nc_find_index8. Semantics and cost estimates from the NKI 2.33 API reference."""
 from __future__ import annotations
 
 import torch
 
 from . import _trace as T
 from ._errors import check, fail
-from ._isa_base import MIN_II, _on_chip, _op, _same_tile, _scalar_step
+from ._isa_base import MIN_II, _column, _on_chip, _op, _same_tile, _scalar_step
 from ._isa_base import reduce_cmd as _cmd
 from ._tensor import PSUM, NkiTensor
 
@@ -138,3 +139,109 @@ def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=_cm
     steps = [_scalar_step(mid, src, op0, imm0, reverse0, ins),
              (T.SCAN, operands, [code1, 2, 0, 0, int(tile_init)], [value])]
     trace.emit(ins, "vector", reads=reads, writes=[dst], steps=steps, cycles=max(MIN_II, src.free_size))
+
+
+_COMPARISONS = ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal")
+FP32_LOWEST = -3.4028234663852886e38  # range_select's default fill (the docs' FP32_MIN)
+
+
+def _compare(out, data, op, bound, ins, what):
+    """`out = op(data, bound)`, bound a number or a [P, 1] tile (broadcast along the free dims)."""
+    code = _op(op, "alu", ins)
+    name = getattr(op, "__name__", repr(op))
+    check(name in _COMPARISONS, "op", f"{what} must be a comparison (nl.{', nl.'.join(_COMPARISONS)}), got {name}",
+          ins)
+    if isinstance(bound, NkiTensor):
+        _on_chip(bound, "bound", ins)
+        return (T.BINARY, [out, data, _column(bound, data, "bound", ins)], [code, 0, 0, 0], [0.0, 0.0])
+    if not isinstance(bound, (int, float)):
+        fail("operand", f"a bound is a number or a [P, 1] tile, not {type(bound).__name__}", ins)
+    return (T.BINARY, [out, data], [code, 0, 1, 0], [0.0, float(bound)])
+
+
+def _select_tail(trace, ins, y, dst, reduce_res, reduce_op, reduce_cmd, data):
+    """dst = y and, if asked, reduce_res = reduce_op(y) over the free axes (of the fp32 values)."""
+    steps = [(T.COPY, [dst, y], [], [])]
+    if reduce_res is None:
+        return steps, [dst]
+    _on_chip(reduce_res, "reduce_res", ins)
+    check(reduce_res.shape[0] == data.shape[0] and reduce_res.free_size == 1, "shape",
+          f"reduce_res must be [{data.shape[0]}, 1], got {tuple(reduce_res.shape)}", ins)
+    check(reduce_res.dtype.is_floating_point, "dtype", f"reduce_res must be a float tile, not {reduce_res.dtype}", ins)
+    if reduce_cmd not in (None, _cmd.idle, _cmd.reset_reduce):
+        # reduce / load_reduce carry the accumulator over from an earlier instruction.
+        fail("reduce_cmd", f"{ins} with {reduce_cmd} is not supported yet (idle, reset_reduce)", ins)
+    steps.append((T.REDUCE, [reduce_res, y], [_op(reduce_op, "reduce", ins), 0, 1], []))
+    return steps, [dst, reduce_res]
+
+
+def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=_cmd.reset_reduce,
+                 reduce_res=None, reduce_op=None, range_start=0, on_false_value=..., name=None):
+    """dst[p, j] = on_true_tile[p, j] where comp_op0(j + range_start, bound0[p]) and
+    comp_op1(j + range_start, bound1[p]), else on_false_value (j: the flattened free index); with
+    reduce_res, reduce_op (default max) of the result per partition. NeuronCore-v3 and newer."""
+    from . import language as nl
+
+    ins = "range_select"
+    trace = T.active()
+    check(trace.profile.nc_version != "gen2", "generation",
+          f"range_select is available only on NeuronCore-v3 and newer, not on {trace.profile.name}", ins)
+    data = on_true_tile
+    _on_chip(dst, "dst", ins), _on_chip(data, "on_true_tile", ins)
+    _same_tile(dst, data, "dst", "on_true_tile", ins)
+    fill = FP32_LOWEST if on_false_value is ... or on_false_value is None else float(on_false_value)
+    p, f = data.shape[0], data.free_size
+    index = (torch.arange(f, dtype=torch.float64) + float(range_start)).to(torch.float32)
+    idx = trace.const(index.expand(p, f).reshape(data.shape))
+    c0, c1, cond, y = (trace.reg(data.shape) for _ in range(4))
+    steps = [_compare(c0, _ConstView(idx, data), comp_op0, bound0, ins, "comp_op0"),
+             _compare(c1, _ConstView(idx, data), comp_op1, bound1, ins, "comp_op1"),
+             (T.BINARY, [cond, c0, c1], [13, 0, 0, 0], [0.0, 0.0]),  # logical_and
+             (T.WHERE, [y, cond, data], [], [fill])]
+    steps = [(op, [o.const if isinstance(o, _ConstView) else o for o in operands], i, fl)
+             for op, operands, i, fl in steps]
+    tail, writes = _select_tail(trace, ins, y, dst, reduce_res, reduce_op or nl.maximum, reduce_cmd, data)
+    reads = [data] + [b for b in (bound0, bound1) if isinstance(b, NkiTensor)]
+    trace.emit(ins, "vector", reads=reads, writes=writes, steps=steps + tail, cycles=max(MIN_II, f))
+
+
+class _ConstView(NkiTensor):
+    """A constant standing in for a tile in a step (its shape for broadcasting a [P, 1] bound)."""
+
+    def __init__(self, const, like):
+        super().__init__(like.storage, like.shape, like.strides, like.offset, torch.float32)
+        self.const = const
+
+
+_PREDICATES = (torch.int8, torch.uint8, torch.int16, torch.uint16)
+
+
+def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=_cmd.idle, reduce_op=None,
+                  reverse_pred=False, name=None):
+    """dst = where(predicate (negated by reverse_pred), on_true, on_false); with reduce_res, the max
+    of the result per partition."""
+    from . import language as nl
+
+    ins = "select_reduce"
+    for t, w in ((dst, "dst"), (predicate, "predicate"), (on_true, "on_true")):
+        _on_chip(t, w, ins)
+    _same_tile(on_true, predicate, "on_true", "predicate", ins)
+    _same_tile(dst, on_true, "dst", "on_true", ins)
+    check(not (on_true.buffer == PSUM and predicate.buffer == PSUM), "memory",
+          "on_true and predicate cannot both be in PSUM", ins)
+    check(predicate.dtype in _PREDICATES, "dtype",
+          f"predicate is {predicate.dtype}; it must be int8, uint8, int16 or uint16", ins)
+    check(on_true.dtype not in (torch.int32, torch.uint32), "dtype", f"on_true cannot be {on_true.dtype}", ins)
+    reduce_op = reduce_op or nl.maximum
+    check(getattr(reduce_op, "__name__", "") == "maximum", "op", "select_reduce's reduce_op supports only max", ins)
+    if isinstance(on_false, NkiTensor):
+        fail("on_false", "select_reduce with a [P, 1] on_false tile is not supported yet (give a number)", ins)
+    if not isinstance(on_false, (int, float)):
+        fail("operand", f"on_false is a number or a [P, 1] tile, not {type(on_false).__name__}", ins)
+    trace = T.active()
+    cond, y = trace.reg(on_true.shape), trace.reg(on_true.shape)
+    steps = [(T.BINARY, [cond, predicate], [7 if reverse_pred else 8, 0, 1, 0], [0.0, 0.0]),  # == 0 / != 0
+             (T.WHERE, [y, cond, on_true], [], [float(on_false)])]
+    tail, writes = _select_tail(trace, ins, y, dst, reduce_res, reduce_op, reduce_cmd, on_true)
+    trace.emit(ins, "vector", reads=[predicate, on_true], writes=writes, steps=steps + tail,
+               cycles=max(MIN_II, on_true.free_size))

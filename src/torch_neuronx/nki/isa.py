@@ -18,12 +18,15 @@ from ._isa_core import (
     nc_transpose, reciprocal, scalar_tensor_tensor, tensor_copy, tensor_partition_reduce, tensor_reduce,
     tensor_scalar, tensor_tensor,
 )
-from ._isa_more import nc_find_index8, tensor_scalar_cumulative, tensor_scalar_reduce, tensor_tensor_scan
+from ._isa_more import (
+    nc_find_index8, range_select, select_reduce, tensor_scalar_cumulative, tensor_scalar_reduce, tensor_tensor_scan,
+)
 
 __all__ = ["dma_copy", "tensor_copy", "memset", "iota", "affine_select", "tensor_tensor", "tensor_scalar",
            "scalar_tensor_tensor", "tensor_reduce", "tensor_partition_reduce", "activation", "activation_reduce",
            "reciprocal", "nc_matmul", "nc_transpose", "bn_stats", "bn_aggr", "max8", "tensor_tensor_scan",
-           "tensor_scalar_reduce", "tensor_scalar_cumulative", "nc_find_index8", "engine", "reduce_cmd",
+           "tensor_scalar_reduce", "tensor_scalar_cumulative", "nc_find_index8", "range_select",
+           "select_reduce", "engine", "reduce_cmd",
            "nc_version", "get_nc_version", "dge_mode", "oob_mode", "matmul_perf_mode", "NkiValidationError"]
 
 
