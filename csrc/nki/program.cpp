@@ -229,11 +229,12 @@ at::Tensor fp32_rows(const at::Tensor& t) {
 // the Vector Engine streams each partition's row). The result goes to a fresh tensor, so a dst
 // that overlaps data0/data1 reads nothing already overwritten.
 at::Tensor scan(const at::Tensor& data0, const at::Tensor& data1, const at::Tensor& initial, const Step& s) {
+  // A one-row operand (a constant of the lowering) serves every partition.
   const at::Tensor a = fp32_rows(data0), b = fp32_rows(data1);
-  const at::Tensor init = initial.reshape({-1}).to(at::kFloat).expand({a.size(0)}).contiguous();
-  at::Tensor out = at::empty(a.sizes(), at::kFloat);
-  const int64_t parts = a.size(0), n = a.size(1), op0 = s.i[0], op1 = s.i[1];
-  const int64_t sa = a.stride(0), sb = b.stride(0);
+  const int64_t parts = std::max(a.size(0), b.size(0)), n = a.size(1), op0 = s.i[0], op1 = s.i[1];
+  const int64_t sa = a.size(0) == 1 ? 0 : a.stride(0), sb = b.size(0) == 1 ? 0 : b.stride(0);
+  const at::Tensor init = initial.reshape({-1}).to(at::kFloat).expand({parts}).contiguous();
+  at::Tensor out = at::empty({parts, n}, at::kFloat);
   const bool rev0 = s.i[2] != 0, rev1 = s.i[3] != 0;
   const float *pa = a.const_data_ptr<float>(), *pb = b.const_data_ptr<float>(), *pi = init.const_data_ptr<float>();
   float* po = out.mutable_data_ptr<float>();

@@ -45,7 +45,8 @@ enum Op : int32_t {
   kPartitionReduce,  // o0 = reduce(o1) over the partition dim; i0 op
   kMatmulGroup,      // o0 = Σ o[2i+1]ᵀ @ o[2i+2] by one 16-bit GEMM, rounded once (nki/_fuse.py)
   kScan,             // o0[:, j] = op1(op0(o1[:, j], o0[:, j-1]), o2[:, j]), from initial o3 or f0 (free dims
-                     // flattened); i: op0, op1, reverse0, reverse1, initial is an operand?
+                     // flattened; a one-row o1/o2 serves all partitions); i: op0, op1, reverse0, reverse1,
+                     // initial is an operand?
   kFindIndex8        // o0[p, k] = the first j with o1[p, j] == o2[p, k] (free dims flattened)
 };
 

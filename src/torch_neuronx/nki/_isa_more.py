@@ -114,7 +114,7 @@ def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=_cm
     code1 = _op(op1, "alu", ins)
     trace = T.active()
     mid = trace.reg(src.shape)
-    ones = trace.const(torch.ones(src.shape))
+    ones = trace.const(torch.ones(1, src.free_size))  # one row: the scan gives it to every partition
     operands, reads, value, tile_init = [dst, mid, ones], [src], _CUMULATIVE[name1], False
     if reduce_cmd in (None, _cmd.idle, _cmd.reset_reduce):
         pass  # a fresh accumulator: op1's identity
@@ -145,18 +145,21 @@ _COMPARISONS = ("equal", "not_equal", "greater", "greater_equal", "less", "less_
 FP32_LOWEST = -3.4028234663852886e38  # range_select's default fill (the docs' FP32_MIN)
 
 
-def _compare(out, data, op, bound, ins, what):
-    """`out = op(data, bound)`, bound a number or a [P, 1] tile (broadcast along the free dims)."""
+def _compare(out, index, op, bound, like, ins, what):
+    """`out = op(index, bound)`: index a one-row constant, bound a number or a [P, 1] tile (broadcast
+    along `like`'s free dims). Returns the step and its result's shape."""
     code = _op(op, "alu", ins)
     name = getattr(op, "__name__", repr(op))
     check(name in _COMPARISONS, "op", f"{what} must be a comparison (nl.{', nl.'.join(_COMPARISONS)}), got {name}",
           ins)
     if isinstance(bound, NkiTensor):
         _on_chip(bound, "bound", ins)
-        return (T.BINARY, [out, data, _column(bound, data, "bound", ins)], [code, 0, 0, 0], [0.0, 0.0])
+        reg = out(like.shape)
+        return (T.BINARY, [reg, index, _column(bound, like, "bound", ins)], [code, 0, 0, 0], [0.0, 0.0]), reg
     if not isinstance(bound, (int, float)):
         fail("operand", f"a bound is a number or a [P, 1] tile, not {type(bound).__name__}", ins)
-    return (T.BINARY, [out, data], [code, 0, 1, 0], [0.0, float(bound)])
+    reg = out(index[2])
+    return (T.BINARY, [reg, index], [code, 0, 1, 0], [0.0, float(bound)]), reg
 
 
 def _select_tail(trace, ins, y, dst, reduce_res, reduce_op, reduce_cmd, data):
@@ -190,27 +193,19 @@ def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_c
     _on_chip(dst, "dst", ins), _on_chip(data, "on_true_tile", ins)
     _same_tile(dst, data, "dst", "on_true_tile", ins)
     fill = FP32_LOWEST if on_false_value is ... or on_false_value is None else float(on_false_value)
-    p, f = data.shape[0], data.free_size
+    f = data.free_size
+    # The free index, one row for every partition (the compares broadcast it).
     index = (torch.arange(f, dtype=torch.float64) + float(range_start)).to(torch.float32)
-    idx = trace.const(index.expand(p, f).reshape(data.shape))
-    c0, c1, cond, y = (trace.reg(data.shape) for _ in range(4))
-    steps = [_compare(c0, _ConstView(idx, data), comp_op0, bound0, ins, "comp_op0"),
-             _compare(c1, _ConstView(idx, data), comp_op1, bound1, ins, "comp_op1"),
-             (T.BINARY, [cond, c0, c1], [13, 0, 0, 0], [0.0, 0.0]),  # logical_and
+    idx = trace.const(index.reshape((1,) + tuple(data.shape[1:])))
+    first, c0 = _compare(trace.reg, idx, comp_op0, bound0, data, ins, "comp_op0")
+    second, c1 = _compare(trace.reg, idx, comp_op1, bound1, data, ins, "comp_op1")
+    cond = trace.reg(data.shape if tuple(data.shape) in (c0[2], c1[2]) else c0[2])
+    y = trace.reg(data.shape)
+    steps = [first, second, (T.BINARY, [cond, c0, c1], [13, 0, 0, 0], [0.0, 0.0]),  # logical_and
              (T.WHERE, [y, cond, data], [], [fill])]
-    steps = [(op, [o.const if isinstance(o, _ConstView) else o for o in operands], i, fl)
-             for op, operands, i, fl in steps]
     tail, writes = _select_tail(trace, ins, y, dst, reduce_res, reduce_op or nl.maximum, reduce_cmd, data)
     reads = [data] + [b for b in (bound0, bound1) if isinstance(b, NkiTensor)]
     trace.emit(ins, "vector", reads=reads, writes=writes, steps=steps + tail, cycles=max(MIN_II, f))
-
-
-class _ConstView(NkiTensor):
-    """A constant standing in for a tile in a step (its shape for broadcasting a [P, 1] bound)."""
-
-    def __init__(self, const, like):
-        super().__init__(like.storage, like.shape, like.strides, like.offset, torch.float32)
-        self.const = const
 
 
 _PREDICATES = (torch.int8, torch.uint8, torch.int16, torch.uint16)
