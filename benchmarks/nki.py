@@ -4,10 +4,15 @@ each kernel with its TFLOP/s. Issue #24's targets: matmul 1024² bf16 ≤ 2× to
 [4096, 1024] ≤ 3× F.rms_norm, flash-attention forward [1, 8, 1024, 64] ≤ 3× SDPA; the Trn2
 estimate of the library matmul on 4096² bf16 within 1.5× of the Tensor Engine's roofline.
 Issue #36's: a cumsum through nisa.tensor_tensor_scan [4096, 1024] ≤ 3× torch.cumsum.
-Run on a quiet machine: `make bench-nki`.
+Run on a quiet machine: `make bench-nki`. Last, the cost model against AWS's matmul tutorial: the
+estimate of each of its four steps (tests/nki_matmul_steps.py) at the tutorial's shape beside the
+latency AWS published (Trn1; the table's order is what the model must reproduce); alone with
+`--tutorial-only` (about two minutes of tracing).
 """
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -55,10 +60,33 @@ def cumsum_kernel(x):
     return out
 
 
+def tutorial_table():
+    """The four steps of AWS's matmul tutorial, [4096, 8192] @ [8192, 8192] bf16: the trn2
+    estimate of each, its speedup over the tiled step, and AWS's published figures (one Trn1
+    NeuronCore, whose PE array and DMA engines are close to a Trn2 core's)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from nki_matmul_steps import PUBLISHED_MS, STEPS
+
+    k, m, n = 8192, 4096, 8192
+    print(f"\nAWS's matmul tutorial, [{m},{k}] @ [{k},{n}] bf16: trn2 estimate vs published (Trn1)")
+    print(f"{'step':<12}{'estimate ms':>12}{'published ms':>14}{'error':>8}{'speedup':>9}{'published':>11}"
+          f"{'MB by DMA':>11}")
+    base = None
+    for name, kernel in STEPS.items():
+        est = nki.estimate(kernel, profile="trn2")(nki.Spec((k, m), torch.bfloat16), nki.Spec((k, n), torch.bfloat16))
+        ms, pub = est.latency_us / 1e3, PUBLISHED_MS[name]
+        base = base or (ms, pub)
+        print(f"{name:<12}{ms:>12.2f}{pub:>14.2f}{(ms / pub - 1) * 100:>+7.0f}%{base[0] / ms:>8.2f}x"
+              f"{base[1] / pub:>10.2f}x{est.dma_bytes / 1e6:>11.0f}", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--tutorial-only", action="store_true", help="only the cost model against AWS's matmul tutorial")
     args = p.parse_args()
+    if args.tutorial_only:
+        return tutorial_table()
     bf16 = torch.bfloat16
     a, b = torch.randn(1024, 1024, dtype=bf16, device=N), torch.randn(1024, 1024, dtype=bf16, device=N)
     x, w = torch.randn(4096, 1024, dtype=bf16, device=N), torch.randn(1024, dtype=bf16, device=N)
@@ -90,6 +118,7 @@ def main():
               f"{roofline_us:.0f} us -> {est.latency_us / roofline_us:.2f}x roofline (target <= 1.5x on trn2), "
               f"{est.tflops:.1f} of {core.tensor_peak_flops / 1e12:.1f} peak TFLOP/s")
         print("  " + str(est).replace("\n", "\n  "))
+    tutorial_table()
 
 
 if __name__ == "__main__":

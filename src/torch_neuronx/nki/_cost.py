@@ -1,24 +1,30 @@
 """The Trainium cost model of a traced kernel: each instruction's cost on its engine (the NKI docs'
-per-instruction estimates, in engine cycles at the profile's clocks; a dma_copy's bytes over one
-DMA queue's rate, with a fixed start-up and short rows paying for their descriptors), scheduled as
-the hardware runs them: each engine executes its instructions in program order, the engines and
-the 16 DMA queues run concurrently, and an instruction starts only after the instructions it
-depends on finished (read after write, write after read and write after write on overlapping
-memory, which the compiler's semaphores enforce). The latency is when the last one finishes."""
+per-instruction estimates, in engine cycles at the profile's clocks; a dma_copy's bytes over a DMA
+queue's rate, with a fixed start-up and short rows paying for their descriptors, split in packets
+over the queues), scheduled as the hardware runs them: each engine executes its instructions in
+program order, the engines and the 16 DMA queues run concurrently, and an instruction starts only
+after the instructions it depends on finished (read after write, write after read and write after
+write on overlapping memory, which the compiler's semaphores enforce). The latency is when the
+last one finishes."""
 from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
 
 from . import _profile
+from ._tensor import PSUM, SBUF
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
 
 
 def _dma_efficiency(row_bytes: int) -> float:
-    """Share of a queue's rate a transfer reaches with rows of `row_bytes` contiguous bytes: 2 KiB
-    rows run near the peak, 256-byte rows at a third of it (the NKI DMA guide's figures)."""
-    return row_bytes / (row_bytes + 512.0)
+    """Share of a queue's rate a transfer reaches with rows of `row_bytes` contiguous bytes. The DMA
+    guide: a transfer needs 2 KiB per partition at least and 4 KiB to saturate the engines, so the
+    rate grows linearly up to 4 KiB rows. Below 1 KiB it stays at a quarter of the peak: AWS's
+    matmul tutorial measures the same ~100 GB/s per core for its 256-byte-row and 1 KiB-row loads
+    (tiled, hoisted and block-free versions, tests/test_nki_cost.py), not a rate proportional to the
+    row. Rows of a few elements pay a descriptor element each (the 64-byte term)."""
+    return min(1.0, max(row_bytes / 4096.0, 0.25 * row_bytes / (row_bytes + 64.0)))
 
 
 @dataclass
@@ -49,6 +55,16 @@ class Estimate:
         return "\n".join(lines)
 
 
+def _partitions(ins) -> int:
+    """Partitions the on-chip side of a transfer spans (1 for HBM to HBM): a storage's partition p
+    holds bytes [p * row, (p + 1) * row) of its dense layout, and the spans are in those bytes."""
+    for st, lo, hi in ins.reads + ins.writes:
+        if st.buffer in (SBUF, PSUM) and st.shape:
+            row = max(1, st.free_elements * st.dtype.itemsize)
+            return (hi - 1) // row - lo // row + 1
+    return 1
+
+
 def _overlaps(entries, lo, hi):
     return [e for e in entries if e[0] < hi and lo < e[1]]
 
@@ -74,9 +90,17 @@ def estimate(instrs, profile: _profile.CoreProfile) -> Estimate:
         if engine == "dma":
             ns = profile.dma_fixed_ns + ins.dma_bytes / (profile.dma_queue_bytes_per_ns *
                                                          _dma_efficiency(ins.dma_row_bytes))
-            start = max(heapq.heappop(queues), ready)
-            finish = start + ns
-            heapq.heappush(queues, finish)
+            # The hardware splits a transfer into packets, one per DMA engine per group of
+            # partitions, and the engines move them in parallel (AWS's DMA overview): a 128-row
+            # tile spreads over all 16 queues, a 4-row one over 4. Each packet takes its share of
+            # the queue time, fixed cost included, on the queue that frees first; the transfer
+            # ends with its last packet.
+            packets = min(len(queues), _partitions(ins))
+            finish = 0.0
+            for _ in range(packets):
+                done = max(heapq.heappop(queues), ready) + ns / packets
+                heapq.heappush(queues, done)
+                finish = max(finish, done)
             out.cycles["dma"] += ns
             out.dma_bytes += ins.dma_bytes
         else:
