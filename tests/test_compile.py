@@ -324,7 +324,7 @@ def test_static_cache_generate_shares_one_decode_program_across_prompt_lengths()
 
 
 def test_static_cache_lengths_are_few():
-    from torch_neuronx._patches import static_cache_bucket
+    from torch_neuronx._patches_hf import static_cache_bucket
 
     assert [static_cache_bucket(n) for n in (1, 64, 65, 129, 256, 257, 700)] == [64, 64, 128, 256, 256, 512, 768]
 

@@ -109,7 +109,7 @@ def test_from_pretrained_device_map_auto_places_the_model_on_neuron(llama_checkp
 
 
 def test_accelerate_patches_wrap_what_accelerate_still_does():
-    """torch_neuronx/_patches.py wraps two accelerate functions that know no neuron; when accelerate
+    """torch_neuronx/_patches_hf.py wraps two accelerate functions that know no neuron; when accelerate
     changes them, this says which patch to review (or drop)."""
     import inspect
 
@@ -120,19 +120,19 @@ def test_accelerate_patches_wrap_what_accelerate_still_does():
 
     get_max_memory = modeling.get_max_memory
     assert getattr(get_max_memory, "_neuron", False), \
-        "_patches.accelerate_max_memory: accelerate.utils.modeling.get_max_memory is not wrapped"
+        "_patches_hf.accelerate_max_memory: accelerate.utils.modeling.get_max_memory is not wrapped"
     assert accelerate.utils.get_max_memory is get_max_memory is hf_accelerate.accelerate_max_memory, \
-        "_patches.accelerate_max_memory: a caller still holds accelerate's unwrapped get_max_memory"
+        "_patches_hf.accelerate_max_memory: a caller still holds accelerate's unwrapped get_max_memory"
     assert "neuron" not in inspect.getsource(get_max_memory.__wrapped__), \
         "accelerate's get_max_memory now mentions neuron: check that it sizes neuron devices, then drop " \
-        "_patches.accelerate_max_memory"
+        "_patches_hf.accelerate_max_memory"
 
     set_device = PartialState.set_device
     assert getattr(set_device, "_neuron", False), \
-        "_patches.accelerate_local_rank_device: accelerate.state.PartialState.set_device is not wrapped"
+        "_patches_hf.accelerate_local_rank_device: accelerate.state.PartialState.set_device is not wrapped"
     assert 'torch.device("neuron", torch.neuron.current_device())' in inspect.getsource(set_device.__wrapped__), \
         "accelerate's PartialState.set_device changed its neuron branch: if it now binds the local rank " \
-        "(set_device(local_process_index % device_count())), drop _patches.accelerate_local_rank_device"
+        "(set_device(local_process_index % device_count())), drop _patches_hf.accelerate_local_rank_device"
 
 
 def _accelerate_losses(cpu: bool):

@@ -1,7 +1,7 @@
-"""Each patch of src/torch_neuronx/_patches.py is in place, and what it patches upstream is still what
-it was written against: a PyTorch upgrade that changes it fails here, naming the patch, instead of
-silently changing what neuron does. (The accelerate and optimizer patches have their guards beside
-their tests: test_hf_stack.py, test_distributed.py.)"""
+"""Each patch of src/torch_neuronx/_patches.py and _patches_hf.py is in place, and what it patches
+upstream is still what it was written against: a PyTorch upgrade that changes it fails here, naming
+the patch, instead of silently changing what neuron does. (The accelerate and optimizer patches
+have their guards beside their tests: test_hf_stack.py, test_distributed.py.)"""
 import inspect
 import re
 
@@ -28,7 +28,7 @@ def test_generate_static_cache_programs():
     import transformers
     import transformers.generation.utils as gen
 
-    from torch_neuronx import _patches
+    from torch_neuronx import _patches_hf
 
     assert getattr(gen.GenerationMixin._prepare_cache_for_generation, "_neuron", False), \
         "patch generate_static_cache_programs is not installed"
@@ -38,7 +38,7 @@ def test_generate_static_cache_programs():
     assert params == ["self", "generation_config", "model_kwargs", "generation_mode", "batch_size",
                       "max_cache_length"], f"patch generate_static_cache_programs: the parameters changed: {params}"
     layer = transformers.cache_utils.StaticSlidingWindowLayer(max_cache_len=16, sliding_window=8)
-    assert re.fullmatch(_patches.SLIDING_WINDOW_LENGTHS, "L['self'].layers[0].cumulative_length_int") and \
+    assert re.fullmatch(_patches_hf.SLIDING_WINDOW_LENGTHS, "L['self'].layers[0].cumulative_length_int") and \
         isinstance(layer.cumulative_length_int, int), \
         "patch generate_static_cache_programs: the sliding-window layer no longer counts in cumulative_length_int"
 

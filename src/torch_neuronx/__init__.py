@@ -52,9 +52,10 @@ if not hasattr(torch, "neuron"):
 # PyTorch; this sets it for the importing thread, where training loops run.
 torch.set_autocast_dtype("neuron", torch.bfloat16)
 
-from . import _patches  # noqa: E402
+from . import _patches, _patches_hf  # noqa: E402
 
 _patches.install()
+_patches_hf.install()
 
 
 def _shutdown():
