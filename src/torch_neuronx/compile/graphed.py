@@ -99,6 +99,7 @@ class _Captured:
                        for a in args]
         self.static = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and _static_address(a)]
         self.addresses = [args[i].data_ptr() for i in self.static]
+        self.copies = [i for i, a in enumerate(self.inputs) if isinstance(a, torch.Tensor) and i not in self.static]
         versions = [a._version if isinstance(a, torch.Tensor) else None for a in self.inputs]
         self.graph = torch.neuron.NeuronGraph()
         with torch.neuron.graph(self.graph):
@@ -111,9 +112,7 @@ class _Captured:
         return all(args[i].data_ptr() == address for i, address in zip(self.static, self.addresses))
 
     def run(self, args):
-        static = set(self.static)
-        copied = [i for i, (own, given) in enumerate(zip(self.inputs, args))
-                  if isinstance(own, torch.Tensor) and i not in static and own.data_ptr() != given.data_ptr()]
+        copied = [i for i in self.copies if self.inputs[i].data_ptr() != args[i].data_ptr()]
         for i in copied:
             self.inputs[i].copy_(args[i])
         self.graph.replay()

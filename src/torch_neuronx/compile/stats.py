@@ -187,10 +187,10 @@ def compile_stats() -> dict:
     "graph_fallbacks", "graph_recaptures"} since the process started or the last reset.
     graphs_compiled counts the graphs Dynamo traced; programs the static programs built from them
     (one per graph, or one per input signature of a symbolic graph); cache_hits and cache_misses are
-    per program. nki_traces counts NKI kernels traced into a
-    program (once per signature), nki_cache_hits the calls that reused one. graph_fallbacks maps
-    each reason a mode="reduce-overhead" call ran without a graph to its calls; graph_recaptures
-    counts graphs captured again because a parameter moved (compile/graphed.py)."""
+    per program. nki_traces counts NKI kernels traced into a program (once per signature),
+    nki_cache_hits the calls that reused one. graph_fallbacks maps each reason a
+    mode="reduce-overhead" call ran without a graph to its calls; graph_recaptures counts graphs
+    captured again because a parameter moved (compile/graphed.py)."""
     with _lock:
         out = dict(_stats, recompile_reasons=list(_stats["recompile_reasons"]),
                    graph_fallbacks=dict(_stats["graph_fallbacks"]))

@@ -53,11 +53,11 @@ float4_e2m1fn_x4 = UnsupportedDtype("float4_e2m1fn_x4", _MX)
 
 # The spellings a kernel may pass as dtype= besides the nl objects: NKI 0.3+ names types by
 # string ('bfloat16'), older kernels by NumPy dtype (np.float32).
-_BY_NAME = {n: v for n, v in dict(
+_BY_NAME = dict(
     float32=float32, bfloat16=bfloat16, float16=float16, tfloat32=tfloat32, int32=int32, int16=int16, int8=int8,
     uint8=uint8, uint16=uint16, uint32=uint32, bool=bool_, bool_=bool_, float8_e4m3=float8_e4m3,
     float8_e4m3fn=float8_e4m3fn, float8_e5m2=float8_e5m2, float8_e8m0fnu=float8_e8m0fnu,
-    float8_e5m2_x4=float8_e5m2_x4, float8_e4m3fn_x4=float8_e4m3fn_x4, float4_e2m1fn_x4=float4_e2m1fn_x4).items()}
+    float8_e5m2_x4=float8_e5m2_x4, float8_e4m3fn_x4=float8_e4m3fn_x4, float4_e2m1fn_x4=float4_e2m1fn_x4)
 _NOT_NKI = (torch.float64, torch.int64, torch.complex64, torch.complex128)
 
 

@@ -85,6 +85,29 @@ def _same_tile(a, b, what_a, what_b, ins):
           f"partition", ins)
 
 
+def _two_inputs(dst, a, b, names, ins):
+    """The checks of an instruction reading two on-chip tiles a and b into dst (names: theirs, dst's
+    first): all on chip, one tile shape, and not both read from PSUM (one PSUM port per engine)."""
+    for t, w in zip((dst, a, b), names):
+        _on_chip(t, w, ins)
+    _same_tile(a, b, names[1], names[2], ins)
+    _same_tile(dst, a, names[0], names[1], ins)
+    check(not (a.buffer == PSUM and b.buffer == PSUM), "memory", f"{names[1]} and {names[2]} cannot both be in PSUM",
+          ins)
+
+
+def _start_value(x, what, parts, ins):
+    """A recurrence's start, a number or a [parts, 1] tile: (the number, or 0.0, and the tile or None)."""
+    if isinstance(x, NkiTensor):
+        _on_chip(x, what, ins)
+        check(x.shape[0] == parts and x.free_size == 1, "shape",
+              f"{what} must be a number or a [{parts}, 1] tile, got {tuple(x.shape)}", ins)
+        return 0.0, x
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return float(x), None
+    fail("operand", f"{what} is a number or a [{parts}, 1] tile, not {type(x).__name__}", ins)
+
+
 def _op(op, kind, ins):
     code = getattr(op, kind, None)
     if code is None:

@@ -11,7 +11,7 @@ from . import _trace as T
 from ._errors import check, fail
 from ._isa_base import (
     _FLOATS, _LOW, GPSIMD_START, MIN_II, _column, _engine, _is_int, _lower, _no_gpsimd_psum, _on_chip, _op,
-    _RegView, _same_tile, _scalar_step, _tensor, reduce_cmd,
+    _RegView, _same_tile, _scalar_step, _tensor, _two_inputs, reduce_cmd,
 )
 from ._tensor import HBM, PSUM, SBUF, SHARED_HBM, NkiTensor
 
@@ -111,12 +111,8 @@ def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value
 # --- elementwise ------------------------------------------------------------------------------
 def tensor_tensor(dst, data1, data2, op, engine=None, name=None):
     ins = "tensor_tensor"
-    for t, w in ((dst, "dst"), (data1, "data1"), (data2, "data2")):
-        _on_chip(t, w, ins)
-    _same_tile(data1, data2, "data1", "data2", ins)
-    _same_tile(dst, data1, "dst", "data1", ins)
+    _two_inputs(dst, data1, data2, ("dst", "data1", "data2"), ins)
     check(data1.shape == data2.shape, "shape", f"data1 {data1.shape} and data2 {data2.shape} differ in shape", ins)
-    check(not (data1.buffer == PSUM and data2.buffer == PSUM), "memory", "data1 and data2 cannot both be in PSUM", ins)
     code = _op(op, "alu", ins)
     integral = _is_int(data1) and _is_int(data2) and _is_int(dst)
     if getattr(op, "bitvec", False):
@@ -156,12 +152,7 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
 
 def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name=None):
     ins = "scalar_tensor_tensor"
-    for t, w in ((dst, "dst"), (data, "data"), (operand1, "operand1")):
-        _on_chip(t, w, ins)
-    _same_tile(dst, data, "dst", "data", ins)
-    _same_tile(data, operand1, "data", "operand1", ins)
-    check(not (data.buffer == PSUM and operand1.buffer == PSUM), "memory",
-          "data and operand1 cannot both be in PSUM", ins)
+    _two_inputs(dst, data, operand1, ("dst", "data", "operand1"), ins)
     trace = T.active()
     mid = _RegView(trace.reg(data.shape), data)
     first = _scalar_step(mid, data, op0, operand0, reverse0, ins)

@@ -7,9 +7,9 @@ import torch
 
 from . import _trace as T
 from ._errors import check, fail
-from ._isa_base import MIN_II, _column, _on_chip, _op, _same_tile, _scalar_step
+from ._isa_base import MIN_II, _column, _on_chip, _op, _same_tile, _scalar_step, _start_value, _two_inputs
 from ._isa_base import reduce_cmd as _cmd
-from ._tensor import PSUM, NkiTensor
+from ._tensor import NkiTensor
 
 # The ALU ops a scan's recurrence may use: the arithmetic ones (program.cpp's `alu`), not
 # comparisons or bitwise ops.
@@ -29,25 +29,12 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
     dst[:, j] = op1(op0(data0[:, j], dst[:, j-1]), data1[:, j]), with dst[:, -1] = initial (a number
     or a [P, 1] tile); reverse0/reverse1 swap op0's/op1's operands. Computed in fp32."""
     ins = "tensor_tensor_scan"
-    for t, w in ((dst, "dst"), (data0, "data0"), (data1, "data1")):
-        _on_chip(t, w, ins)
-    _same_tile(data0, data1, "data0", "data1", ins)
-    _same_tile(dst, data0, "dst", "data0", ins)
-    check(not (data0.buffer == PSUM and data1.buffer == PSUM), "memory", "data0 and data1 cannot both be in PSUM",
-          ins)
+    _two_inputs(dst, data0, data1, ("dst", "data0", "data1"), ins)
     codes = [_arithmetic(op0, "op0", ins), _arithmetic(op1, "op1", ins)]
-    operands, reads, value = [dst, data0, data1], [data0, data1], 0.0
-    if isinstance(initial, NkiTensor):
-        _on_chip(initial, "initial", ins)
-        check(initial.shape[0] == data0.shape[0] and initial.free_size == 1, "shape",
-              f"initial must be a number or a [{data0.shape[0]}, 1] tile, got {tuple(initial.shape)}", ins)
-        operands.append(initial)
-        reads.append(initial)
-    elif isinstance(initial, (int, float)):
-        value = float(initial)
-    else:
-        fail("operand", f"initial is a number or a [P, 1] tile, not {type(initial).__name__}", ins)
-    flags = codes + [int(bool(reverse0)), int(bool(reverse1)), int(isinstance(initial, NkiTensor))]
+    value, tile = _start_value(initial, "initial", data0.shape[0], ins)
+    starts = [tile] if tile is not None else []
+    operands, reads = [dst, data0, data1] + starts, [data0, data1] + starts
+    flags = codes + [int(bool(reverse0)), int(bool(reverse1)), int(tile is not None)]
     # The docs give no separate estimate; a scan streams each partition's row once, as tensor_tensor.
     T.active().emit(ins, "vector", reads=reads, writes=[dst], steps=[(T.SCAN, operands, flags, [value])],
                     cycles=max(MIN_II, data0.free_size))
@@ -115,29 +102,17 @@ def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=_cm
     trace = T.active()
     mid = trace.reg(src.shape)
     ones = trace.const(torch.ones(1, src.free_size))  # one row: the scan gives it to every partition
-    operands, reads, value, tile_init = [dst, mid, ones], [src], _CUMULATIVE[name1], False
-    if reduce_cmd in (None, _cmd.idle, _cmd.reset_reduce):
-        pass  # a fresh accumulator: op1's identity
-    elif reduce_cmd == _cmd.load_reduce:
-        if isinstance(imm1, NkiTensor):
-            _on_chip(imm1, "imm1", ins)
-            check(imm1.shape[0] == src.shape[0] and imm1.free_size == 1, "shape",
-                  f"imm1 must be a number or a [{src.shape[0]}, 1] tile, got {tuple(imm1.shape)}", ins)
-            operands.append(imm1)
-            reads.append(imm1)
-            tile_init = True
-        elif isinstance(imm1, (int, float)):
-            value = float(imm1)
-        else:
-            fail("operand", "reduce_cmd=load_reduce starts from imm1: give a number or a [P, 1] tile", ins)
-    else:
+    value, tile = _CUMULATIVE[name1], None  # a fresh accumulator: op1's identity
+    if reduce_cmd == _cmd.load_reduce:
+        value, tile = _start_value(imm1, "imm1 (reduce_cmd=load_reduce starts from it)", src.shape[0], ins)
+    elif reduce_cmd not in (None, _cmd.idle, _cmd.reset_reduce):
         # reduce carries the accumulator over from an earlier instruction.
         fail("reduce_cmd", f"tensor_scalar_cumulative with {reduce_cmd} is not supported yet (reset_reduce, "
                            f"load_reduce)", ins)
-    if isinstance(imm0, NkiTensor):
-        reads.append(imm0)
+    starts = [tile] if tile is not None else []
+    reads = [src] + starts + ([imm0] if isinstance(imm0, NkiTensor) else [])
     steps = [_scalar_step(mid, src, op0, imm0, reverse0, ins),
-             (T.SCAN, operands, [code1, 2, 0, 0, int(tile_init)], [value])]
+             (T.SCAN, [dst, mid, ones] + starts, [code1, 2, 0, 0, int(tile is not None)], [value])]
     trace.emit(ins, "vector", reads=reads, writes=[dst], steps=steps, cycles=max(MIN_II, src.free_size))
 
 
@@ -218,12 +193,7 @@ def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd
     from . import language as nl
 
     ins = "select_reduce"
-    for t, w in ((dst, "dst"), (predicate, "predicate"), (on_true, "on_true")):
-        _on_chip(t, w, ins)
-    _same_tile(on_true, predicate, "on_true", "predicate", ins)
-    _same_tile(dst, on_true, "dst", "on_true", ins)
-    check(not (on_true.buffer == PSUM and predicate.buffer == PSUM), "memory",
-          "on_true and predicate cannot both be in PSUM", ins)
+    _two_inputs(dst, on_true, predicate, ("dst", "on_true", "predicate"), ins)
     check(predicate.dtype in _PREDICATES, "dtype",
           f"predicate is {predicate.dtype}; it must be int8, uint8, int16 or uint16", ins)
     check(on_true.dtype not in (torch.int32, torch.uint32), "dtype", f"on_true cannot be {on_true.dtype}", ins)

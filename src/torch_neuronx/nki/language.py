@@ -310,7 +310,6 @@ abs_min = _Op("abs_min", alu="abs_min")
 fmod = _Op("fmod", alu="fmod")
 
 
-
 def logical_not(x, dtype=None):
     """1 where x is 0 (false), else 0: `x == 0` on the Vector Engine."""
     return equal(x, 0, dtype=dtype)
