@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.requirements-stamp
 RT_BUILD := build/runtime-tests
 RT_CMAKE := -G Ninja -DNEURONX_BUILD_EXTENSION=OFF -DNEURONX_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all sysdeps venv install lint runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile bench-collectives bench-nki bench-cost-model bench-vllm conformance hf-matrix upstream-tests clean
+.PHONY: all sysdeps venv install lint runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile bench-collectives bench-nki nki-library bench-cost-model bench-vllm conformance hf-matrix upstream-tests clean
 
 all: install
 
@@ -94,6 +94,11 @@ bench-cost-model: install
 
 bench-nki: install
 	$(PY) benchmarks/nki.py
+
+# AWS's nki-library kernels, imported from a checkout you give (nothing is fetched), against their
+# PyTorch references: make nki-library NKILIB=/path/to/nki-library. Without one it says so and passes.
+nki-library: install
+	$(PY) tests/nki_library.py $(NKILIB)
 
 # The whole OpInfo database on neuron against CPU (long; progress on stderr). Report in
 # conformance-report/; fails on a regression or a stale expected failure.

@@ -189,7 +189,7 @@ def test_bad_calls_are_refused_clearly():
         nki.jit(lambda a: a, mode="simulation")
     with pytest.raises(NkiTraceError, match="only inside a kernel"):
         nl.zeros((4, 4), dtype=nl.float32)
-    with pytest.raises(NkiValidationError, match="returns whole tensors"):
+    with pytest.raises(NkiValidationError, match="returns whole HBM tensors"):
         nki.simulate(lambda a: nl.load(a))(x)
 
 

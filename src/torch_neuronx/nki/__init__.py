@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import math
 import struct
 import time
 from typing import NamedTuple
@@ -31,7 +32,7 @@ from ..compile import stats as _stats
 from . import _cost, _profile
 from . import _trace as T
 from ._errors import NkiTraceError, NkiValidationError
-from ._tensor import SHARED_HBM, NkiTensor
+from ._tensor import HBM, SHARED_HBM, NkiTensor
 
 __all__ = ["jit", "simulate", "estimate", "benchmark", "nki_op", "Spec", "NkiValidationError", "NkiTraceError",
            "language", "isa", "typing", "collectives", "dtype"]
@@ -162,10 +163,17 @@ class Kernel:
                     result = out
         returned = result if isinstance(result, (tuple, list)) else (() if result is None else (result,))
         for r in returned:
-            if not (isinstance(r, NkiTensor) and r.buffer == SHARED_HBM and r.offset == 0
-                    and r.shape == r.storage.shape):
+            # An argument comes back as the caller's own tensor, written in place (nki-library's
+            # kernels return the output buffer they were given); a returned nl.hbm tensor (program
+            # 0's, under a grid) becomes an output as a shared_hbm one is.
+            whole = (isinstance(r, NkiTensor) and r.offset == 0 and r.size == math.prod(r.storage.shape)
+                     and r.is_contiguous())  # the whole tensor, perhaps reshaped
+            if not (whole and r.buffer in (HBM, SHARED_HBM)):
                 raise NkiValidationError(f"nki: kernel {self.fn.__name__} returns {r!r}; a kernel returns whole "
-                                         f"tensors it allocated with buffer=nl.shared_hbm")
+                                         f"HBM tensors (ones it allocated, or its arguments)")
+            if r.storage.role[0] == "scratch":
+                r.storage.role = ("out", len(trace.shared))
+                trace.shared.append(r.storage)
         t = _Traced()
         t.trace = trace
         t.program = trace.build(self.fn.__name__)
@@ -173,17 +181,20 @@ class Kernel:
         t.scratch = [(s.shape, s.dtype) for s in trace.hbm if s.role[0] == "scratch"]
         order = [s for s in trace.hbm if s.role[0] == "out"]
         t.result = (type(result) if isinstance(result, (tuple, list)) else None,
-                    [order.index(r.storage) for r in returned], result is None)
+                    [("arg" if r.storage.role[0] == "arg" else "out",
+                      r.storage.role[1] if r.storage.role[0] == "arg" else order.index(r.storage), tuple(r.shape))
+                     for r in returned], result is None)
         written = {st.id for ins in trace.instrs for st, _, _ in ins.writes}
         t.written_args = [s.role[1] for s in trace.hbm if s.role[0] == "arg" and s.id in written]
         return t
 
 
-def _pack(traced: _Traced, outs):
+def _pack(traced: _Traced, outs, args):
     kind, picks, none = traced.result
     if none:
         return None
-    values = [outs[i] for i in picks]
+    values = [outs[i] if where == "out" else args[i] for where, i, _ in picks]
+    values = [v if tuple(v.shape) == shape else v.reshape(shape) for v, (_, _, shape) in zip(values, picks)]
     return kind(values) if kind is not None else values[0]
 
 
@@ -235,7 +246,7 @@ def _run(kernel: Kernel, args, kwargs, mode, profile=None):
             hbm = [t.contiguous() for t in tensors]
             scratch = [torch.empty(s, dtype=d, device=device) for s, d in traced.scratch]
             traced.program.launch(hbm + outs + scratch)
-        return _pack(traced, outs)
+        return _pack(traced, outs, tensors)
     host = [torch.from_numpy(np.ascontiguousarray(t)) if isinstance(t, np.ndarray) else t.contiguous()
             for t in tensors]
     outs = [torch.empty(s, dtype=d) for s, d in traced.outputs]
@@ -243,7 +254,7 @@ def _run(kernel: Kernel, args, kwargs, mode, profile=None):
     traced.program.run(host + outs + scratch)
     if where == "numpy":
         outs = [o.numpy() for o in outs]
-    return _pack(traced, outs)
+    return _pack(traced, outs, tensors)
 
 
 def jit(fn=None, **options):

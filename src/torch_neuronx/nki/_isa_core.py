@@ -42,6 +42,33 @@ def dma_copy(dst, src, priority=None, oob_mode=None, dge_mode=None, engine=None,
                     dma=(nbytes, _row_bytes(hbm_side)))
 
 
+_DMA_TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+
+
+def dma_transpose(dst, src, axes=None, priority=None, dge_mode=None, oob_mode=None, name=None):
+    """dst = src with its axes permuted by the DMA engine: [1, 0], [2, 1, 0] or [3, 1, 2, 0], the
+    only permutations the hardware has. Unlike a view, a DMA may move the partition dimension."""
+    ins = "dma_transpose"
+    _tensor(dst, "dst", ins), _tensor(src, "src", ins)
+    check(src.buffer != PSUM and dst.buffer != PSUM, "memory", "DMA cannot read or write PSUM", ins)
+    want = _DMA_TRANSPOSE_AXES.get(src.ndim)
+    check(want is not None, "shape", f"src has {src.ndim} dimensions; a DMA transpose takes 2, 3 or 4", ins)
+    axes = want if axes is None else tuple(int(a) for a in axes)
+    check(axes == want, "axes", f"axes {axes} for a {src.ndim}-d tile; the DMA engine transposes only {want}", ins)
+    check(dst.dtype == src.dtype, "dtype", f"dst {dst.dtype} and src {src.dtype}: a DMA transpose does not cast", ins)
+    view = NkiTensor(src.storage, [src.shape[a] for a in axes], [src.strides[a] for a in axes], src.offset,
+                     src.dtype)
+    check(tuple(dst.shape) == tuple(view.shape), "shape",
+          f"dst {tuple(dst.shape)} is not src {tuple(src.shape)} transposed by {axes} ({tuple(view.shape)})", ins)
+    if dge_mode is not None and getattr(dge_mode, "name", "") == "hwdge":
+        check(src.shape[0] == 16 and src.shape[-1] % 128 == 0 and src.dtype.itemsize == 2, "dge_mode",
+              "a hardware-DGE transpose needs src.shape[0] == 16, src.shape[-1] a multiple of 128 and a 2-byte "
+              "dtype", ins)
+    # One side is read or written an element at a time: each element is its own descriptor row.
+    T.active().emit(ins, "dma", reads=[src], writes=[dst], steps=[(T.COPY, [dst, view], [], [])],
+                    dma=(src.size * src.dtype.itemsize, src.dtype.itemsize))
+
+
 def tensor_copy(dst, src, engine=None, dtype=None, name=None):
     ins = "tensor_copy"
     _on_chip(dst, "dst", ins), _on_chip(src, "src", ins)

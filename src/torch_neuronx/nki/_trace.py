@@ -64,6 +64,18 @@ def _span(t: NkiTensor) -> tuple:
 PROGRAMS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
+_FP32_MAX = 3.4028234663852886e38
+_FP32_ROUNDS_TO_INF = 3.4028235677973366e38  # the largest float plus half its ulp
+
+
+def _immediate(value: float) -> float:
+    """An instruction's float immediate is fp32: a literal just past its range (nki-library's
+    `-3.4028235e38`) rounds to the largest float as the compiler rounds it, further out to inf."""
+    if math.isfinite(value) and abs(value) > _FP32_MAX:
+        return math.copysign(_FP32_MAX if abs(value) < _FP32_ROUNDS_TO_INF else math.inf, value)
+    return value
+
+
 class Trace:
     def __init__(self, profile: _profile.CoreProfile, strict: bool):
         self.profile, self.strict = profile, strict
@@ -199,8 +211,12 @@ class Trace:
         row = rows[st.buffer]
         free = st.partition_bytes // item  # a partition's row in elements of the view's dtype
         p0, f0 = divmod(o.offset, free)
-        strides = list(o.strides)
-        strides[0] = (o.strides[0] // free) * (row // item) if o.shape[0] > 1 else row // item
+        # A view's stride counts elements of the tile laid out partition after partition; in the arena
+        # a partition is a row. A DMA may step partitions along any dim (dma_transpose), so each
+        # stride splits into whole partitions and elements within one.
+        strides = [(s // free) * (row // item) + s % free for s in o.strides]
+        if o.shape[0] == 1:
+            strides[0] = row // item
         space = _SBUF if st.buffer == SBUF else _PSUM
         return (space, 0, o.dtype, st.address + p0 * row + f0 * item, o.shape, tuple(strides))
 
@@ -223,7 +239,8 @@ class Trace:
                 value = math.nan if st.dtype.is_floating_point else float(_largest(st.dtype))
                 steps.append((FILL, [self.operand(NkiTensor(st), rows)], [], [value]))
             for op, operands, ints, floats in fused.get(i, ins.steps):
-                steps.append((op, [self.operand(o, rows) for o in operands], list(ints), list(floats)))
+                steps.append((op, [self.operand(o, rows) for o in operands], list(ints),
+                              [_immediate(f) for f in floats]))
         io = [(math.prod(st.shape), st.dtype) for st in self.hbm]
         program = _C._NkiProgram(name, steps, self.constants, rows[SBUF], rows[PSUM], REGISTERS, io)
         PROGRAMS[program.serial] = self

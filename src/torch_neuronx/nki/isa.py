@@ -14,21 +14,26 @@ from . import _profile  # noqa: F401  (nki.language reads the profile through ni
 from ._errors import NkiValidationError
 from ._isa_base import dge_mode, engine, get_nc_version, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 from ._isa_core import (
-    activation, activation_reduce, affine_select, bn_aggr, bn_stats, dma_copy, iota, max8, memset, nc_matmul,
-    nc_transpose, reciprocal, scalar_tensor_tensor, tensor_copy, tensor_partition_reduce, tensor_reduce,
+    activation, activation_reduce, affine_select, bn_aggr, bn_stats, dma_copy, dma_transpose, iota, max8, memset,
+    nc_matmul, nc_transpose, reciprocal, scalar_tensor_tensor, tensor_copy, tensor_partition_reduce, tensor_reduce,
     tensor_scalar, tensor_tensor,
 )
 from ._isa_more import (
     nc_find_index8, range_select, select_reduce, tensor_scalar_cumulative, tensor_scalar_reduce, tensor_tensor_scan,
 )
 
-__all__ = ["dma_copy", "tensor_copy", "memset", "iota", "affine_select", "tensor_tensor", "tensor_scalar",
-           "scalar_tensor_tensor", "tensor_reduce", "tensor_partition_reduce", "activation", "activation_reduce",
+__all__ = ["dma_copy", "dma_transpose", "tensor_copy", "memset", "iota", "affine_select", "tensor_tensor",
+           "tensor_scalar", "scalar_tensor_tensor", "tensor_reduce", "tensor_partition_reduce", "activation",
+           "activation_reduce",
            "reciprocal", "nc_matmul", "nc_transpose", "bn_stats", "bn_aggr", "max8", "tensor_tensor_scan",
            "tensor_scalar_reduce", "tensor_scalar_cumulative", "nc_find_index8", "range_select",
-           "select_reduce", "engine", "reduce_cmd",
+           "select_reduce", "engine", "reduce_cmd", "tensor_engine", "vector_engine", "scalar_engine",
+           "gpsimd_engine",
            "nc_version", "get_nc_version", "dge_mode", "oob_mode", "matmul_perf_mode", "NkiValidationError"]
 
+
+# The engines under their older names, which nki-library still passes as `engine=`.
+tensor_engine, vector_engine, scalar_engine, gpsimd_engine = engine.tensor, engine.vector, engine.scalar, engine.gpsimd
 
 # nki.isa.constants: the enums again, where nki-library imports them (`from nki.isa.constants import
 # oob_mode`); a module object registered under that name, as isa is a module, not a package.

@@ -30,6 +30,21 @@ class NKIObject:
         for k, v in kwargs.items():
             setattr(self, k, v)
 
+    def __init_subclass__(cls, **kwargs):
+        # NKI's compiler makes a subclass's plain class attributes fields: nki-library declares
+        # `@dataclass class P(nl.NKIObject): x = None` and constructs `P(x=1)`. Annotating them
+        # before @dataclass runs gives it the same fields.
+        super().__init_subclass__(**kwargs)
+        notes = cls.__dict__.get("__annotations__", {})
+        plain = {name: object for name, value in cls.__dict__.items()
+                 if not name.startswith("_") and name not in notes
+                 and not callable(value) and not isinstance(value, (property, classmethod, staticmethod))}
+        if plain:  # in the order of definition (fields without a default come first, as they must)
+            ordered = {name: notes[name] for name in notes if name not in cls.__dict__}
+            ordered.update((name, plain.get(name, notes.get(name))) for name in cls.__dict__
+                           if name in plain or name in notes)
+            cls.__annotations__ = ordered
+
 
 # --- memories ----------------------------------------------------------------------------------
 sbuf, psum, hbm, shared_hbm = SBUF, PSUM, HBM, SHARED_HBM

@@ -1,0 +1,198 @@
+"""What nki-library's kernels needed beyond the tutorials, each in a small kernel written as they
+write it: DMA transposes that move the partition dimension (attention_cte's score tiles), kernels
+that return the output buffer they were given or a reshaped output (rmsnorm_tkg, cascaded_max),
+config classes declared with plain class attributes (attention_cte's SectionParams), fp32 literals
+just past fp32's range (attention_cte's mask value), and the engines under their older names. Each
+result is compared with torch on the CPU, through nki.simulate and on neuron tensors.
+
+tests/nki_library.py runs AWS's kernels themselves from a checkout (`make nki-library`)."""
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import torch_neuronx.nki as nki
+import torch_neuronx.nki.isa as nisa
+import torch_neuronx.nki.language as nl
+from torch_neuronx.nki import NkiValidationError
+
+N = "neuron"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def both(kernel, *args, **kwargs):
+    host = nki.simulate(kernel)(*args, **kwargs)
+    dev = kernel(*(a.to(N) if isinstance(a, torch.Tensor) else a for a in args), **kwargs)
+    for h, d in zip(host if isinstance(host, tuple) else (host,), dev if isinstance(dev, tuple) else (dev,)):
+        assert torch.equal(h, d.cpu()), "nki.simulate and the device disagree"
+    return host
+
+
+@nki.jit
+def transpose_to_sbuf(x):
+    # HBM [n, d] -> SBUF [d, n]: the DMA writes partitions from a free dim of the source.
+    n, d = x.shape
+    t = nl.ndarray((d, n), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_transpose(dst=t, src=x)
+    out = nl.ndarray((d, n), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+@nki.jit
+def transpose_blocks(x):
+    # attention_cte's pattern: an SBUF tile [p, g * 128] read as p x (g blocks of 128) and written
+    # block-transposed, [128, g, p], with 4-d access patterns on both sides.
+    p, f = x.shape
+    g = f // 128
+    src = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=src, src=x)
+    dst = nl.ndarray((128, g * p), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_transpose(dst=dst.ap([[g * p, 128], [1, 1], [p, g], [1, p]]),
+                       src=src.ap([[f, p], [1, 1], [128, g], [1, 128]]))
+    out = nl.ndarray((128, g * p), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=dst)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_dma_transpose_moves_the_partition_dimension(dtype):
+    x = torch.randn(96, 64).to(dtype)
+    assert torch.equal(both(transpose_to_sbuf, x), x.t())
+
+
+def test_dma_transpose_with_four_dim_access_patterns_equals_a_permute():
+    x = torch.randn(100, 384).to(torch.bfloat16)
+    want = x.view(100, 3, 128).permute(2, 1, 0).reshape(128, 300)
+    assert torch.equal(both(transpose_blocks, x), want)
+
+
+@nki.jit
+def transpose_bad(x, axes, dst_dtype):
+    t = nl.ndarray(x.shape[::-1], dtype=dst_dtype, buffer=nl.sbuf)
+    nisa.dma_transpose(dst=t, src=x, axes=axes)
+    return t
+
+
+@pytest.mark.parametrize("axes,dtype,rule", [((0, 1), nl.float32, "axes"), (None, nl.bfloat16, "dtype")])
+def test_dma_transpose_rules(axes, dtype, rule):
+    with pytest.raises(NkiValidationError, match=rule) as e:
+        nki.simulate(transpose_bad)(torch.randn(8, 16), axes, dtype)
+    assert "test_nki_library_constructs.py" in str(e.value)  # the kernel's own line
+
+
+@nki.jit
+def scale_into(x, out):
+    # rmsnorm_tkg's convention: the output buffer is an argument, written and returned.
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=3.0)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_a_kernel_returns_the_output_buffer_it_was_given_written_in_place():
+    x = torch.randn(16, 32)
+    out = torch.zeros(16, 32, device=N)
+    got = scale_into(x.to(N), out)
+    assert got is out and torch.equal(out.cpu(), x * 3)
+    host_out = np.zeros((16, 32), np.float32)
+    assert nki.simulate(scale_into)(x.numpy(), host_out) is host_out
+    np.testing.assert_array_equal(host_out, (x * 3).numpy())
+
+
+@nki.jit
+def row_max(x):
+    # cascaded_max's convention: outputs allocated flat and returned reshaped; one in nl.hbm.
+    b, s, v = x.shape
+    t = nl.ndarray((b * s, v), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x.reshape((b * s, v)))
+    m = nl.ndarray((b * s, 1), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=m, op=nl.maximum, data=t, axis=1)
+    flat = nl.ndarray((b * s, 1), dtype=x.dtype, buffer=nl.shared_hbm)
+    private = nl.ndarray((b * s, 1), dtype=x.dtype, buffer=nl.hbm)
+    nisa.dma_copy(dst=flat, src=m)
+    nisa.dma_copy(dst=private, src=m)
+    return flat.reshape((b, s, 1)), private
+
+
+def test_a_kernel_returns_reshaped_and_private_hbm_outputs():
+    x = torch.randn(4, 5, 300)
+    reshaped, private = both(row_max, x)
+    want = x.amax(-1, keepdim=True)
+    assert reshaped.shape == (4, 5, 1) and torch.equal(reshaped, want)
+    assert torch.equal(private, want.view(20, 1))
+
+
+@nki.jit
+def returns_a_slice(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    nisa.dma_copy(dst=out, src=t)
+    return out[0:4]
+
+
+def test_returning_part_of_a_tensor_is_refused():
+    with pytest.raises(NkiValidationError, match="whole"):
+        nki.simulate(returns_a_slice)(torch.randn(8, 8))
+
+
+@dataclasses.dataclass
+class Section(nl.NKIObject):
+    start = None  # no annotation: NKI makes it a field all the same
+    length = 0
+    scale: float = 1.0
+
+
+@nki.jit
+def section_scale(x, section):
+    t = nl.ndarray((x.shape[0], section.length), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x[:, section.start:section.start + section.length])
+    nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=section.scale)
+    out = nl.ndarray(t.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_a_config_class_with_plain_attributes_takes_them_as_fields():
+    assert [f.name for f in dataclasses.fields(Section)] == ["start", "length", "scale"]
+    x = torch.randn(8, 64)
+    got = both(section_scale, x, Section(start=8, length=16, scale=2.0))
+    assert torch.equal(got, x[:, 8:24] * 2)
+    assert torch.equal(both(section_scale, x, Section(start=0, length=4)), x[:, :4])
+
+
+@nki.jit
+def fill(shape, value):
+    t = nl.ndarray(shape, dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=t, value=value)
+    out = nl.ndarray(shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_an_fp32_literal_just_past_its_range_rounds_as_the_compiler_rounds_it():
+    lowest = torch.finfo(torch.float32).min
+    # -3.4028235e38 as a double is past fp32's lowest, by less than half an ulp: it rounds to it.
+    assert -3.4028235e38 < lowest
+    assert torch.all(nki.simulate(fill)((4, 8), -3.4028235e38) == lowest)
+    out = nki.simulate(fill)((4, 8), 1e39)
+    assert torch.all(out == float("inf")), "a literal beyond rounding range is inf, as fp32 conversion gives"
+    assert float(torch.tensor(-3.4028235e38, dtype=torch.float64).to(torch.float32)) == lowest
+
+
+def test_the_engines_keep_their_older_names():
+    assert nisa.scalar_engine is nisa.engine.scalar and nisa.vector_engine is nisa.engine.vector
+    assert nisa.gpsimd_engine is nisa.engine.gpsimd and nisa.tensor_engine is nisa.engine.tensor
+
+
+def test_make_nki_library_without_a_checkout_skips_cleanly():
+    run = subprocess.run([sys.executable, str(ROOT / "tests" / "nki_library.py")], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "skipped: no checkout" in run.stdout
