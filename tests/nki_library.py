@@ -98,6 +98,13 @@ def _cases() -> list[Case]:
                           "experimental.loss.cross_entropy_torch.cross_entropy_forward_torch_ref",
                           _seeded(lambda a=(positions, vocab, dtype): _cross_entropy(*a)), lnc, 1e-2, 1e-2,
                           ref_args=lambda kw: {"logits": kw["logits_hbm"], "targets": kw["targets_hbm"].long()}))
+    for lnc, positions, vocab, dtype in [(1, 4, 32128, torch.bfloat16), (2, 64, 4096, torch.float32)]:
+        cases.append(Case(f"cross_entropy_backward lnc{lnc} n{positions} v{vocab} {str(dtype)[6:]}",
+                          "experimental.loss.cross_entropy.cross_entropy_backward",
+                          "experimental.loss.cross_entropy_torch.cross_entropy_backward_torch_ref",
+                          _seeded(lambda a=(positions, vocab, dtype): _cross_entropy(*a, backward=True)), lnc,
+                          1e-2, 1e-2,
+                          ref_args=lambda kw: {"logits": kw["logits_hbm"], "targets": kw["targets_hbm"].long()}))
     for lnc, b, s, v in [(1, 8, 5, 4058), (2, 8, 5, 4058), (1, 4, 5, 8192)]:
         cases.append(Case(f"cascaded_max lnc{lnc} b{b} s{s} v{v} fp32", "core.max.cascaded_max.cascaded_max",
                           "core.max.cascaded_max_torch.cascaded_max_torch_ref",
@@ -118,10 +125,14 @@ def _attention_bwd(b, qh, kvh, s, dh):
             "lse_ref": lse.float(), "use_causal_mask": True, "mixed_precision": True}
 
 
-def _cross_entropy(positions, vocab, dtype):
-    return {"logits_hbm": _randn(positions, vocab, dtype=dtype),
-            "targets_hbm": torch.from_numpy(np.random.randint(0, vocab, size=(positions,), dtype=np.int32)),
-            "positions_per_batch": 1 if positions < 32 else 32, "chunk_size": min(vocab, 32768), "dtype": dtype}
+def _cross_entropy(positions, vocab, dtype, backward=False):
+    d = {"logits_hbm": _randn(positions, vocab, dtype=dtype),
+         "targets_hbm": torch.from_numpy(np.random.randint(0, vocab, size=(positions,), dtype=np.int32)),
+         "positions_per_batch": 1 if positions < 32 else 32, "chunk_size": min(vocab, 16384 if backward else 32768),
+         "dtype": dtype}
+    if backward:  # the forward pass's log-sum-exp, which the backward kernel takes as its state
+        d["lse_state_hbm"] = torch.logsumexp(d["logits_hbm"].float(), -1).to(dtype)
+    return d
 
 
 def _rope(d, b, h, s, contiguous):

@@ -196,3 +196,85 @@ def test_make_nki_library_without_a_checkout_skips_cleanly():
                          timeout=120)
     assert run.returncode == 0, run.stderr
     assert "skipped: no checkout" in run.stdout
+
+
+@nki.jit
+def gather_rows(table, ids):
+    # cross_entropy's pattern: each row of `table` picked by an id the kernel reads into SBUF, the
+    # DMA's offset taken from that tile when the program runs.
+    n = ids.shape[0]
+    v = table.shape[1]
+    ids_sb = nl.ndarray((1, n), dtype=ids.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ids_sb, src=ids.reshape((1, n)))
+    rows = nl.ndarray((n, v), dtype=table.dtype, buffer=nl.sbuf)
+    for i in range(n):
+        nisa.dma_copy(dst=rows[i:i + 1, :],
+                      src=table.ap([[v, 1], [1, v]], offset=0,
+                                   scalar_offset=ids_sb.ap([[n, 1], [1, 1]], offset=i), indirect_dim=0))
+    out = nl.ndarray((n, v), dtype=table.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=rows)
+    return out
+
+
+@nki.jit
+def scatter_rows(rows, ids, out):
+    # The other side: each row written where an id read at run time says.
+    n, v = rows.shape
+    ids_sb = nl.ndarray((1, n), dtype=ids.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ids_sb, src=ids.reshape((1, n)))
+    t = nl.ndarray((n, v), dtype=rows.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=rows)
+    for i in range(n):
+        nisa.dma_copy(dst=out.ap([[v, 1], [1, v]], scalar_offset=ids_sb.ap([[n, 1], [1, 1]], offset=i),
+                                 indirect_dim=0), src=t[i:i + 1, :])
+    return out
+
+
+def test_a_dma_offset_read_at_run_time_gathers_rows():
+    table = torch.randn(50, 24)
+    ids = torch.tensor([7, 0, 49, 7, 13], dtype=torch.int32)
+    assert torch.equal(both(gather_rows, table, ids), table[ids.long()])
+    # One trace serves every id: the offset is data, not part of the signature.
+    ids2 = torch.tensor([1, 2, 3, 4, 5], dtype=torch.int32)
+    assert torch.equal(both(gather_rows, table, ids2), table[ids2.long()])
+
+
+def test_a_dma_offset_read_at_run_time_scatters_rows():
+    rows, ids = torch.randn(3, 16), torch.tensor([4, 1, 9], dtype=torch.int32)
+    want = torch.zeros(10, 16)
+    want[ids.long()] = rows
+    assert torch.equal(nki.simulate(scatter_rows)(rows, ids, torch.zeros(10, 16)), want)
+    out = torch.zeros(10, 16, device=N)
+    assert torch.equal(scatter_rows(rows.to(N), ids.to(N), out).cpu(), want)
+
+
+def test_a_run_time_offset_past_the_tensor_is_an_error():
+    table, ids = torch.randn(10, 8), torch.tensor([3, 10], dtype=torch.int32)
+    with pytest.raises(RuntimeError, match=r"run-time offset .* read 10 .* 0\.\.9"):
+        nki.simulate(gather_rows)(table, ids)
+    with pytest.raises(RuntimeError, match="read 10"):
+        gather_rows(table.to(N), ids.to(N)).cpu()
+    assert torch.equal(gather_rows(table.to(N), ids[:1].to(N)).cpu(), table[3:4]), "the device works on after it"
+
+
+@nki.jit
+def dynamic_into_an_engine(table, ids):
+    ids_sb = nl.ndarray((1, 1), dtype=ids.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ids_sb, src=ids.reshape((1, 1)))
+    t = nl.ndarray((8, 1), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.dma_transpose(dst=t, src=table.ap([[8, 1], [1, 8]], scalar_offset=ids_sb, indirect_dim=0))
+    return t
+
+
+def test_run_time_offsets_are_for_dma_only_and_one_per_access():
+    with pytest.raises(nki.NkiTraceError, match="dma_transpose on an access pattern with a run-time offset"):
+        nki.simulate(dynamic_into_an_engine)(torch.randn(4, 8), torch.tensor([1], dtype=torch.int32))
+    with pytest.raises(NotImplementedError, match="vector_offset"):
+        nki.simulate(vector_offset_kernel)(torch.randn(4, 8))
+
+
+@nki.jit
+def vector_offset_kernel(x):
+    idx = nl.ndarray((4, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.memset(dst=idx, value=0)
+    return x.ap([[8, 4], [1, 8]], vector_offset=idx, indirect_dim=0)

@@ -484,6 +484,20 @@ void execute(Memory& mem, const Step& s, int team) {
       mem.write(o[0], at::where(hit.any(2), first, at::scalar_tensor(int64_t{0xFFFFFFFF}, at::kLong)));
       return;
     }
+    case kDynCopy: {
+      const at::Tensor index = mem.view(o[2]).reshape({-1});
+      const int64_t v = index.to(at::kLong).item<int64_t>();
+      TORCH_CHECK(v >= 0 && v <= s.i[2], "nki: a DMA's run-time offset (scalar_offset=) read ", v,
+                  " from SBUF; the access stays inside its tensor for 0..", s.i[2]);
+      Operand moved = o[s.i[0]];
+      moved.byte_offset += v * s.i[1];
+      if (s.i[0] == 1) {
+        mem.write(o[0], mem.view(moved));
+      } else {
+        mem.write(moved, mem.view(o[1]));
+      }
+      return;
+    }
     default:
       TORCH_CHECK(false, "nki: unknown step ", s.op);
   }

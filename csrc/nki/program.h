@@ -47,7 +47,9 @@ enum Op : int32_t {
   kScan,             // o0[:, j] = op1(op0(o1[:, j], o0[:, j-1]), o2[:, j]), from initial o3 or f0 (free dims
                      // flattened; a one-row o1/o2 serves all partitions); i: op0, op1, reverse0, reverse1,
                      // initial is an operand?
-  kFindIndex8        // o0[p, k] = the first j with o1[p, j] == o2[p, k] (free dims flattened)
+  kFindIndex8,       // o0[p, k] = the first j with o1[p, j] == o2[p, k] (free dims flattened)
+  kDynCopy = 16      // o0 = o1 with operand i0 (0: o0, 1: o1) moved by the integer o2 holds x i1 bytes, the
+                     // integer within 0..i2
 };
 
 struct Step {

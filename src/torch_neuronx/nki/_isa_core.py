@@ -38,7 +38,24 @@ def dma_copy(dst, src, priority=None, oob_mode=None, dge_mode=None, engine=None,
         check(dst.dtype == src.dtype, "dtype", "dge_mode=hwdge copies without casting: dtypes must match", ins)
     nbytes = max(dst.size * dst.dtype.itemsize, src.size * src.dtype.itemsize)
     hbm_side = src if src.buffer in (HBM, SHARED_HBM) else dst
-    T.active().emit(ins, "dma", reads=[src], writes=[dst], steps=[(T.COPY, [dst, src], [], [])],
+    if src.dynamic is None and dst.dynamic is None:
+        T.active().emit(ins, "dma", reads=[src], writes=[dst], steps=[(T.COPY, [dst, src], [], [])],
+                        dma=(nbytes, _row_bytes(hbm_side)))
+        return
+    check(src.dynamic is None or dst.dynamic is None, "access pattern",
+          "src and dst both have run-time offsets; a DMA takes one", ins)
+    moved, side = (src, 1) if src.dynamic is not None else (dst, 0)
+    index, step = moved.dynamic
+    # The largest index that keeps every element inside the tensor; the program checks it when it
+    # reads the index (oob_mode=error, the default: a DMA out of bounds is an error).
+    total = math.prod(moved.storage.shape) * moved.storage.dtype.itemsize // moved.dtype.itemsize
+    lo, hi = T.span_elements(moved)
+    largest = (total - 1 - hi) // step if step > 0 else 2 ** 62
+    whole = NkiTensor(moved.storage)  # where the access lands is known only at run time
+    reads = [src, index] if side == 0 else [whole, index]
+    writes = [whole] if side == 0 else [dst]
+    T.active().emit(ins, "dma", reads=reads, writes=writes,
+                    steps=[(T.DYN_COPY, [dst, src, index], [side, step * moved.dtype.itemsize, largest], [])],
                     dma=(nbytes, _row_bytes(hbm_side)))
 
 

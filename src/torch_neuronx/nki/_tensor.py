@@ -104,14 +104,17 @@ class Index:
 
 
 class NkiTensor:
-    __slots__ = ("storage", "dtype", "shape", "strides", "offset")
+    __slots__ = ("storage", "dtype", "shape", "strides", "offset", "dynamic")
 
-    def __init__(self, storage, shape=None, strides=None, offset=0, dtype=None):
+    def __init__(self, storage, shape=None, strides=None, offset=0, dtype=None, dynamic=None):
         self.storage = storage
         self.dtype = dtype or storage.dtype
         self.shape = tuple(storage.shape if shape is None else shape)
         self.strides = tuple(_dense_strides(self.shape) if strides is None else strides)
         self.offset = offset
+        # (index tile, step): the view moves by step x the integer the tile holds when the program
+        # runs (`ap(scalar_offset=)`); None for a view fixed at trace time.
+        self.dynamic = dynamic
 
     # --- what kernels read -------------------------------------------------------------------
     buffer = property(lambda self: self.storage.buffer)
@@ -182,8 +185,11 @@ class NkiTensor:
     # that reinterprets the dtype (`ap(dtype=)`, `view(dtype)`) is a view like any other.
 
     def _view(self, shape, strides, offset=None, dtype=None) -> "NkiTensor":
+        if self.dynamic is not None and dtype not in (None, self.dtype):
+            raise NotImplementedError(f"nki: reinterpreting {self}, whose offset is read at run time, as {dtype} is "
+                                      f"not supported yet (the offset counts elements of {self.dtype})")
         return NkiTensor(self.storage, shape, strides, self.offset if offset is None else offset,
-                         dtype or self.dtype)
+                         dtype or self.dtype, self.dynamic)
 
     def _dim(self, dim, what, ndim=None) -> int:
         ndim = self.ndim if ndim is None else ndim
@@ -208,9 +214,9 @@ class NkiTensor:
         `i_d < num_d` of `pattern = [[step, num], ...]`, counted in elements of `dtype` (the
         tensor's own dtype by default) from this view's first element, as if the storage were
         flattened. The result's shape is the nums. On chip the first pair is the partition dim."""
-        if scalar_offset is not None or vector_offset is not None:
-            raise NotImplementedError("nki: ap(scalar_offset=/vector_offset=) (dynamic offsets read from SBUF) is "
-                                      "not supported yet: the program executor has no indirect addressing")
+        if vector_offset is not None:
+            raise NotImplementedError("nki: ap(vector_offset=) (an offset per index, read from SBUF) is not "
+                                      "supported yet: only one offset per access (scalar_offset=)")
         rule = "access pattern"
         pairs = [tuple(p) if isinstance(p, (list, tuple)) else p for p in pattern]
         if not pairs or any(not (isinstance(p, tuple) and len(p) == 2 and all(
@@ -241,7 +247,27 @@ class NkiTensor:
             if base < 0 or last >= total:
                 fail(rule, f"pattern {pattern!r} at offset {offset} reaches element {base if base < 0 else last} "
                            f"of {self}, which holds {total} elements of {dtype}")
-        return self._view(nums, steps, base, dtype)
+        view = self._view(nums, steps, base, dtype)
+        return view if scalar_offset is None else view._offset_by(scalar_offset, indirect_dim, pattern)
+
+    def _offset_by(self, index, dim, pattern) -> "NkiTensor":
+        """`ap(scalar_offset=index, indirect_dim=dim)`: the view moved by `index` steps of its dim
+        `dim`, `index` an integer tile read when the program runs (a gather by a token or expert id)."""
+        rule = "access pattern"
+        if isinstance(index, int) and not isinstance(index, bool):  # known now: a plain offset
+            return self._view(self.shape, self.strides, self.offset + index * self.strides[self._dim(dim, rule)])
+        if not isinstance(index, NkiTensor):
+            raise NotImplementedError(f"nki: ap(scalar_offset={type(index).__name__}) is not supported yet: give the "
+                                      f"offset as an integer SBUF tile of one element")
+        if self.on_chip:
+            raise NotImplementedError(f"nki: a run-time offset into on-chip {self} is not supported yet: only HBM "
+                                      f"access patterns take scalar_offset")
+        if self.dynamic is not None:
+            fail(rule, f"{self} already has a run-time offset; an access pattern takes one")
+        if not index.on_chip or index.size != 1 or index.dtype.is_floating_point or index.dtype == torch.bool:
+            fail(rule, f"scalar_offset must be one integer element in SBUF, got {index}")
+        dim = self._dim(dim, rule)
+        return NkiTensor(self.storage, self.shape, self.strides, self.offset, self.dtype, (index, self.strides[dim]))
 
     def _check_on_chip_pattern(self, steps, nums, base, dtype, pattern):
         rule, st = "access pattern", self.storage

@@ -26,6 +26,7 @@ _state = threading.local()
 # Step codes and operand spaces of csrc/nki/program.h.
 COPY, FILL, ACTIVATE, BINARY, REDUCE, MATMUL, TRANSPOSE, WHERE, TOP8, PARTITION_REDUCE = range(10)
 SCAN, FIND_INDEX8 = 11, 12  # (10 is _fuse's matmul group)
+DYN_COPY = 16
 _HBM, _SBUF, _PSUM, _CONST, _REG = range(5)
 ACCUMULATOR = 7  # the register activation's reduce_cmd accumulates into
 REGISTERS = 8
@@ -47,16 +48,19 @@ class Instr:
         return f"Instr({self.name} on {self.engine}, line {self.line})"
 
 
-def _span(t: NkiTensor) -> tuple:
-    """The bytes a view touches, as an interval of its storage's dense layout (bytes, as views of
-    one storage may differ in dtype: `ap(dtype=)`, `view(dtype)`)."""
+def span_elements(t: NkiTensor) -> tuple:
+    """The first and last element (of the view's dtype) a view fixed at trace time reaches."""
     lo = hi = t.offset
     for n, s in zip(t.shape, t.strides):
         if n > 1:
-            if s >= 0:
-                hi += (n - 1) * s
-            else:
-                lo += (n - 1) * s
+            hi, lo = (hi + (n - 1) * s, lo) if s >= 0 else (hi, lo + (n - 1) * s)
+    return lo, hi
+
+
+def _span(t: NkiTensor) -> tuple:
+    """The bytes a view touches, as an interval of its storage's dense layout (bytes, as views of
+    one storage may differ in dtype: `ap(dtype=)`, `view(dtype)`)."""
+    lo, hi = span_elements(t)
     return lo * t.dtype.itemsize, (hi + 1) * t.dtype.itemsize
 
 
@@ -150,6 +154,9 @@ class Trace:
 
     # --- instructions -------------------------------------------------------------------------
     def emit(self, name, engine, *, reads, writes, steps, cycles=0, dma=None, flops=0) -> Instr:
+        if name != "dma_copy" and any(isinstance(t, NkiTensor) and t.dynamic is not None for t in reads + writes):
+            raise NkiTraceError(f"nki: nisa.{name} on an access pattern with a run-time offset (scalar_offset=) is "
+                                f"not supported yet; load it with nisa.dma_copy\n  at {kernel_line()}")
         ins = Instr()
         ins.name, ins.engine, ins.cycles, ins.steps, ins.flops = name, engine, cycles, steps, flops
         ins.dma_bytes, ins.dma_row_bytes = dma if dma else (0, 0)
