@@ -42,7 +42,7 @@ def active() -> "Trace":
 
 class Instr:
     __slots__ = ("name", "engine", "cycles", "dma_bytes", "dma_row_bytes", "reads", "writes", "steps", "flops",
-                 "line")
+                 "line", "program")
 
     def __repr__(self):
         return f"Instr({self.name} on {self.engine}, line {self.line})"
@@ -159,6 +159,7 @@ class Trace:
                                 f"not supported yet; load it with nisa.dma_copy\n  at {kernel_line()}")
         ins = Instr()
         ins.name, ins.engine, ins.cycles, ins.steps, ins.flops = name, engine, cycles, steps, flops
+        ins.program = self.program_id
         ins.dma_bytes, ins.dma_row_bytes = dma if dma else (0, 0)
         ins.reads = [(t.storage, *_span(t)) for t in reads if isinstance(t, NkiTensor)]
         ins.writes = [(t.storage, *_span(t)) for t in writes if isinstance(t, NkiTensor)]

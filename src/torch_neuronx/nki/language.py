@@ -187,6 +187,25 @@ def grid_size(g):
     return g
 
 
+def core_of(launch, pid, lnc=1) -> int:
+    """The physical core (of a logical NeuronCore) program `pid` of launch grid `launch` runs on: the
+    index along its `nl.nc` factor; without one, programs go round-robin over `lnc` cores (how a
+    plain `kernel[2]` shares out under LNC=2, as nki-library's kernels are launched)."""
+    for entry, i in zip(launch, pid):
+        if isinstance(entry, nc):
+            return i
+        if isinstance(entry, spmd_dim):
+            for f in reversed(entry.factors):  # row-major: the last factor varies fastest
+                n = f.n if isinstance(f, nc) else f
+                if isinstance(f, nc):
+                    return i % n
+                i //= n
+    flat = 0
+    for entry, i in zip(launch, pid):
+        flat = flat * grid_size(entry) + i
+    return flat % lnc
+
+
 def arange(*args):
     r = range(*args)
     return Index(r.start, len(r), r.step)
