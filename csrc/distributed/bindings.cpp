@@ -12,8 +12,7 @@ void init_distributed_bindings(pybind11::module& m) {
   m.def(
       "_create_process_group",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout,
-         std::string label,
-         std::optional<c10::intrusive_ptr<c10d::Backend>> host,
+         std::string label, std::optional<c10::intrusive_ptr<c10d::Backend>> host,
          std::optional<c10::intrusive_ptr<c10d::Store>> local_store, int local_rank, int local_size,
          std::optional<c10::intrusive_ptr<c10d::Backend>> leaders,
          std::string hosts) -> c10::intrusive_ptr<c10d::Backend> {

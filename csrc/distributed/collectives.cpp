@@ -174,8 +174,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_each(const char* name,
     // Hierarchical: this host's sum on its first rank, the hosts' sums exchanged by those ranks,
     // the total broadcast inside each host. AVG divides by the whole group's size in the first
     // step and PREMUL_SUM scales there, so the exchange between hosts is a plain sum.
-    host = [g = shm_, leaders = hosts_->leaders, ps = pieces(tensors), ds = descs(tensors), numels,
-            dtypes, rs, sigs, what](c10d::Backend&) {
+    host = [g = shm_, leaders = hosts_->leaders, ps = pieces(tensors), ds = descs(tensors), numels, dtypes, rs, sigs,
+            what](c10d::Backend&) {
       for (size_t i = 0; i < ps.size(); ++i) {
         shm_reduce(*g, what, ps[i], numels[i], dtypes[i], rs[i], sigs[i], 0);
         if (leaders) {
