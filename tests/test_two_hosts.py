@@ -13,6 +13,7 @@ import glob
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 
@@ -62,6 +63,25 @@ def _worker(pair, tmp_path_factory, *suites):
         _RUNS[suites] = (N.torchrun(pair, os.path.join(HERE, "worker.py"), args, out, LAUNCH_TIMEOUT_S,
                                     env={"NEURONX_TEST_TRANSPORT": "hybrid"}), out)
     return _RUNS[suites]
+
+
+def test_host_identity_tells_the_namespaces_apart(pair):
+    """Two namespaces share hostname, boot id and /dev/shm but not their network: two identities;
+    TORCH_NEURONX_HOST_ID replaces the identity, and an empty one is refused naming the variable."""
+    code = "from torch_neuronx.distributed import _host_identity as h\ntry:\n print(h())\n" \
+           "except ValueError as e:\n print('refused', e)"
+
+    def identity(host, **env):
+        r = subprocess.run(pair.exec(host, [sys.executable, "-c", code]), capture_output=True, text=True,
+                           timeout=120, env=dict(os.environ, **env))
+        assert r.returncode == 0, r.stderr[-3000:]
+        return r.stdout.strip().splitlines()[-1]
+
+    a, b = (identity(h) for h in pair.hosts)
+    assert a != b and a.split("|")[:2] == b.split("|")[:2], (a, b)  # same hostname and boot id
+    assert identity(pair.hosts[0], TORCH_NEURONX_HOST_ID="rack1-node7") == "id:rack1-node7"
+    refused = identity(pair.hosts[1], TORCH_NEURONX_HOST_ID=" ")
+    assert refused.startswith("refused") and "TORCH_NEURONX_HOST_ID" in refused, refused
 
 
 def test_namespaces_are_two_hosts_to_the_group(pair, subtests, tmp_path_factory):
