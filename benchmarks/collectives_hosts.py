@@ -123,7 +123,8 @@ s.shutdown(socket.SHUT_WR); s.recv(1); print(time.perf_counter() - t0)
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--max-size", type=int, default=SIZES[-1], help="largest all_reduce in bytes")
-    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # a rank: where rank 0 writes its times
+    p.add_argument("--out", default=None, help=argparse.SUPPRESS)  # netns.torchrun passes its folder
     args = p.parse_args()
     sizes = [s for s in SIZES if s <= args.max_size]
     if args.worker:
