@@ -52,17 +52,12 @@ def check_clean_exit(r):
     assert r.stray == [], f"processes left in the namespaces: {r.stray}"
 
 
-_RUNS = {}
-
-
-def _worker(pair, tmp_path_factory, *suites):
-    """One 2 x 2 launch of worker.py per set of suites, shared by the tests of this module."""
-    if suites not in _RUNS:
-        out = str(tmp_path_factory.mktemp("two-hosts-" + "-".join(suites)))
-        args = ["--device", "neuron", "--backend", "neuron"] + [a for s in suites for a in ("--suite", s)]
-        _RUNS[suites] = (N.torchrun(pair, os.path.join(HERE, "worker.py"), args, out, LAUNCH_TIMEOUT_S,
-                                    env={"NEURONX_TEST_TRANSPORT": "hybrid"}), out)
-    return _RUNS[suites]
+def _worker(pair, tmp_path, *suites):
+    """One 2 x 2 launch of worker.py running `suites`."""
+    out = str(tmp_path)
+    args = ["--device", "neuron", "--backend", "neuron"] + [a for s in suites for a in ("--suite", s)]
+    return N.torchrun(pair, os.path.join(HERE, "worker.py"), args, out, LAUNCH_TIMEOUT_S,
+                      env={"NEURONX_TEST_TRANSPORT": "hybrid"}), out
 
 
 def test_host_identity_tells_the_namespaces_apart(pair):
@@ -84,11 +79,11 @@ def test_host_identity_tells_the_namespaces_apart(pair):
     assert refused.startswith("refused") and "TORCH_NEURONX_HOST_ID" in refused, refused
 
 
-def test_namespaces_are_two_hosts_to_the_group(pair, subtests, tmp_path_factory):
+def test_namespaces_are_two_hosts_to_the_group(pair, subtests, tmp_path):
     """Every collective of the single-host tests, on the world group (hybrid, 2 ranks per host)
     and on the group [1, 3] (one rank per host); groups of one host's ranks use shared memory;
     all_reduce of 4 MiB with every op, every rank bitwise equal."""
-    r, _ = _worker(pair, tmp_path_factory, "collectives", "hosts")
+    r, _ = _worker(pair, tmp_path, "collectives", "hosts")
     required = ["world/transport"] + [f"world/{c}" for c in COLLECTIVES] + ["world/compiled"]
     required += [f"group[1,3]/{c}" for c in COLLECTIVES]
     check_scenarios(subtests, r, "collectives/", required)
@@ -96,10 +91,10 @@ def test_namespaces_are_two_hosts_to_the_group(pair, subtests, tmp_path_factory)
     check_clean_exit(r)
 
 
-def test_training_across_hosts_matches_one_process(pair, subtests, tmp_path_factory):
+def test_training_across_hosts_matches_one_process(pair, subtests, tmp_path):
     """DDP and FSDP2 over the 4 ranks of both hosts, and dp=2 x tp=2 with TP inside each host and
     FSDP across: the losses and parameters of one process doing the same."""
-    r, out = _worker(pair, tmp_path_factory, "train")
+    r, out = _worker(pair, tmp_path, "train")
     ddp_losses, ddp_params = W.ddp_reference(3)
     init = W.full_state(W.tiny_llama())
     fsdp_losses, fsdp_params = W.llama_sgd_reference(3, 4, param_dtype=torch.bfloat16)
@@ -216,3 +211,24 @@ def test_a_host_late_to_a_collective_fails_the_others_within_the_timeout(pair, t
         took = rec["raised_at"] - rec["started_at"]
         assert took < rec["timeout"] + 3, f"rank {k} raised after {took:.1f} s: {rec}"
         assert _names_other_host(rec["message"], k), f"rank {k}: {rec['message']}"
+
+
+def test_elastic_restart_resumes_from_a_dcp_checkpoint(pair, tmp_path):
+    """Rank 3 crashes after step 2's checkpoint; torchrun (--max-restarts 1) restarts both hosts'
+    ranks, which resume from step 2 and end with the parameters of 4 uninterrupted steps.
+
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: by default torchrun 2.13 hands the restarted ranks the
+    rendezvous' own store, which still holds the first attempt's keys, and gloo's connectFullMesh
+    then dials the dead ranks' addresses (plain gloo on CPU fails the same way); with it each
+    rendezvous round gets a fresh store."""
+    r = N.torchrun(pair, os.path.join(HERE, "elastic.py"), ["--device", "neuron", "--steps", "4",
+                                                           "--crash-after", "2"], str(tmp_path), LAUNCH_TIMEOUT_S,
+                   env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}, torchrun_args=("--max-restarts", "1"))
+    assert not r.timed_out and r.returncodes == [0, 0], r.tail()
+    with open(tmp_path / "elastic.json") as f:
+        rec = json.load(f)
+    assert rec["resumed_from"] == 2, rec["resumed_from"]
+    _, params = W.ddp_reference(4)
+    assert_params({k: torch.tensor(v) for k, v in rec["params"].items()}, params, 1e-5, 1e-4, "after the restart")
+    assert r.shm_leaked == [], f"shared memory left in /dev/shm: {r.shm_leaked}"
+    assert r.stray == [], f"processes left in the namespaces: {r.stray}"
