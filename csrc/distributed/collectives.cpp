@@ -186,7 +186,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_each(const char* name,
           leaders->allreduce(c, o)->wait();
           from_host(v, c[0]);
         }
-        shm_broadcast(*g, ps[i], 0, sigs[i]);
+        shm_broadcast(*g, ps[i], 0, sigs[i], what);
       }
     };
   }
