@@ -21,12 +21,18 @@ from ._isa_core import (
 from ._isa_more import (
     nc_find_index8, range_select, select_reduce, tensor_scalar_cumulative, tensor_scalar_reduce, tensor_tensor_scan,
 )
+from ._isa_extra import (
+    dma_transpose, dropout, nc_matmul_mx, nc_stream_shuffle, quantize_mx, rand2, rand_get_state, rand_set_state, rng,
+    sequence_bounds, set_rng_seed, tensor_copy_predicated,
+)
 
 __all__ = ["dma_copy", "tensor_copy", "memset", "iota", "affine_select", "tensor_tensor", "tensor_scalar",
            "scalar_tensor_tensor", "tensor_reduce", "tensor_partition_reduce", "activation", "activation_reduce",
            "reciprocal", "nc_matmul", "nc_transpose", "bn_stats", "bn_aggr", "max8", "tensor_tensor_scan",
            "tensor_scalar_reduce", "tensor_scalar_cumulative", "nc_find_index8", "range_select",
-           "select_reduce", "engine", "reduce_cmd",
+           "select_reduce", "tensor_copy_predicated", "dma_transpose", "nc_stream_shuffle", "sequence_bounds",
+           "rng", "rand2", "dropout", "set_rng_seed", "rand_set_state", "rand_get_state", "nc_matmul_mx",
+           "quantize_mx", "engine", "reduce_cmd",
            "nc_version", "get_nc_version", "dge_mode", "oob_mode", "matmul_perf_mode", "NkiValidationError"]
 
 
@@ -38,5 +44,14 @@ for _enum in (engine, reduce_cmd, nc_version, dge_mode, oob_mode, matmul_perf_mo
 
 # A documented instruction not implemented yet imports fine and raises "not supported yet" when used.
 from . import _api  # noqa: E402
+
+# Documented, not implemented, and why (each raises "not supported yet" with its reason when used).
+_REGISTERS = ("the program executor runs a fixed list of whole-tile steps: it has no scalar registers, "
+              "so no loop bound or offset can come from a value computed on the device")
+_CORES = ("the programs of an SPMD launch run one after another on the software core, so one core "
+          "cannot wait for or receive from another that has not run yet")
+for _name, _why in (("register_alloc", _REGISTERS), ("register_load", _REGISTERS), ("register_move", _REGISTERS),
+                    ("register_store", _REGISTERS), ("core_barrier", _CORES), ("sendrecv", _CORES)):
+    globals()[_name] = _api.NotSupportedYet(f"nisa.{_name}", _why)
 
 __getattr__ = _api.module_getattr("nki.isa", "nisa")
