@@ -552,6 +552,134 @@ def test_rule_rng_operands():
     expect_rule("prob 1.5 is not a probability", k4, (1, 1))
 
 
+# --- nisa.nc_n_gather, nonzero_with_count -----------------------------------------------------------
+@nki.jit
+def gather_kernel(x, idx):
+    out = nl.ndarray((x.shape[0],) + tuple(idx.shape[1:]), dtype=x.dtype, buffer=nl.shared_hbm)
+    t, i = nl.load(x), nl.load(idx)
+    g = nl.ndarray((x.shape[0],) + tuple(idx.shape[1:]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.nc_n_gather(dst=g, data=t, indices=i)
+    nl.store(out, g)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32])
+def test_nc_n_gather_takes_along_each_partitions_flattened_row(dtype):
+    x = (torch.randn(96, 4, 50) * 1000).to(dtype)
+    idx = torch.randint(0, 200, (96, 3, 7), dtype=torch.int64)
+    got = both(gather_kernel, x, idx.to(torch.uint32))
+    want = x.reshape(96, -1).gather(1, idx.reshape(96, -1)).reshape(96, 3, 7)
+    assert torch.equal(got, want)
+
+
+@nki.jit
+def nonzero_kernel(x, offset):
+    out = nl.ndarray((x.shape[0], x.shape[1] + 1), dtype=nl.int32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    d = nl.ndarray((x.shape[0], x.shape[1] + 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.memset(d, 7)
+    nisa.nonzero_with_count(dst=d, src=t, index_offset=offset, padding_val=-1)
+    nl.store(out, d)
+    return out
+
+
+def test_nonzero_with_count_compacts_the_first_partition_of_each_core():
+    x = (torch.rand(128, 40) < 0.3).float() * torch.randn(128, 40)
+    x[16] = 0.0  # a row with no nonzeros
+    x[32] = 1.0  # and one with no zeros
+    got = both(nonzero_kernel, x, 100)
+    want = torch.full((128, 41), 7, dtype=torch.int32)
+    for p in range(0, 128, 16):
+        hits = (x[p] != 0).nonzero().view(-1)
+        want[p, :40] = -1
+        want[p, :hits.numel()] = hits.to(torch.int32) + 100
+        want[p, 40] = hits.numel()
+    assert torch.equal(got, want)
+
+
+def test_rule_gathers():
+    def k(x):
+        d, t = _tiles(2)
+        i, = _tiles(1, dtype=nl.int32)
+        nisa.nc_n_gather(dst=d, data=t, indices=i)
+    expect_rule("indices is torch.int32; it must be uint32", k, (1, 1))
+
+    def k2(x):
+        s = nl.ndarray((16, 2048), dtype=nl.float32, buffer=nl.sbuf)
+        d = nl.ndarray((16, 2049), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.nonzero_with_count(dst=d, src=s)
+    expect_rule("over 2048 elements per partition is not supported yet", k2, (1, 1))
+
+
+# --- nisa.exponential, activate2 (NeuronCore-v4) ---------------------------------------------------
+@nki.jit
+def exponential_kernel(x, m, tile_max):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    total = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    mx = nl.load(m) if tile_max else 0.5
+    y = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    s = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.exponential(dst=y, src=t, max_value=mx, reduce_res=s, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    nl.store(out, y)
+    nl.store(total, s)
+    return out, total
+
+
+@pytest.mark.parametrize("tile_max", [False, True])
+def test_exponential_subtracts_the_max_and_sums_on_trn3(tile_max):
+    x = torch.randn(64, 100) * 3
+    m = x.amax(1, keepdim=True)
+    got, total = on_profile("trn3", exponential_kernel, x, m, tile_max)
+    ref = torch.exp(x.double() - (m.double() if tile_max else 0.5))
+    torch.testing.assert_close(got.double(), ref, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(total.double(), ref.sum(1, keepdim=True), atol=1e-5, rtol=1e-5)
+    with pytest.raises(NkiValidationError, match="exponential is available only on NeuronCore-v4"):
+        nki.simulate(exponential_kernel)(x, m, tile_max)
+
+
+@nki.jit
+def activate2_kernel(x, scale, op0, op1, reverse1, reduce_op):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    red = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    t, sc = nl.load(x), nl.load(scale)
+    y = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    r = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activate2(dst=y, op=nl.tanh, data=t, imm0=sc, imm1=0.25, op0=op0, op1=op1, reverse1=reverse1,
+                   reduce_op=reduce_op, reduce_res=r, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    nl.store(out, y)
+    nl.store(red, r)
+    return out, red
+
+
+@pytest.mark.parametrize("op0,op1,reverse1,reduce_op", [
+    ("multiply", "add", False, "add"), ("multiply", "subtract", True, "maximum"), ("add", None, False, "minimum")])
+def test_activate2_scales_biases_activates_and_reduces_on_trn3(op0, op1, reverse1, reduce_op):
+    x, scale = torch.randn(32, 64), torch.rand(32, 1) + 0.5
+    got, red = on_profile("trn3", activate2_kernel, x, scale, getattr(nl, op0), op1 and getattr(nl, op1), reverse1,
+                          getattr(nl, reduce_op))
+    x64, s64 = x.double(), scale.double()
+    first = x64 * s64 if op0 == "multiply" else x64 + s64
+    second = {None: first, "add": first + 0.25, "subtract": (0.25 - first) if reverse1 else first - 0.25}[op1]
+    want = torch.tanh(second)
+    torch.testing.assert_close(got.double(), want, atol=1e-6, rtol=1e-6)
+    fold = {"add": want.sum(1, keepdim=True), "maximum": want.amax(1, keepdim=True),
+            "minimum": want.amin(1, keepdim=True)}[reduce_op]
+    torch.testing.assert_close(red.double(), fold, atol=1e-5, rtol=1e-5)
+
+
+def test_rule_activate2_pairs_and_generation():
+    def k(x):
+        d, t = _tiles(2)
+        nisa.activate2(dst=d, op=nl.exp, data=t, imm0=1.0, imm1=1.0, op0=nl.add, op1=nl.add)
+    expect_rule(r"\(op0, op1\) = \('add', 'add'\) is not one of the six documented pairs", k, (1, 1), profile="trn3")
+    expect_rule("activate2 is available only on NeuronCore-v4", k, (1, 1))
+
+
+def test_dma_engine_is_the_dma_engine_value():
+    assert nisa.dma_engine is nisa.engine.dma
+
+
 # --- generation-only and unsupported names --------------------------------------------------------
 def test_mx_instructions_name_their_generation():
     def k(x):

@@ -589,6 +589,15 @@ void execute(Memory& mem, const Step& s, int team) {
       mem.write(o[0], at::where(hit.any(2), first, at::scalar_tensor(int64_t{0xFFFFFFFF}, at::kLong)));
       return;
     }
+    case kGather: {
+      const at::Tensor data = mem.view(o[1]), index = mem.view(o[2]);
+      const at::Tensor rows = data.reshape({data.size(0), -1});
+      const at::Tensor idx = index.reshape({index.size(0), -1}).to(at::kLong);
+      TORCH_CHECK(idx.numel() == 0 || (idx.min().item<int64_t>() >= 0 && idx.max().item<int64_t>() < rows.size(1)),
+                  "nki: a gather index is outside its partition's ", rows.size(1), " elements");
+      mem.write(o[0], rows.gather(1, idx));
+      return;
+    }
     case kRng:
       mem.rng(s.i[0]).step(s.i[1], mem, o.empty() ? nullptr : &o[0]);
       return;

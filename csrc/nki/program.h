@@ -48,9 +48,10 @@ enum Op : int32_t {
                      // flattened; a one-row o1/o2 serves all partitions); i: op0, op1, reverse0, reverse1,
                      // initial is an operand?
   kFindIndex8,       // o0[p, k] = the first j with o1[p, j] == o2[p, k] (free dims flattened)
-  kRng               // an engine's per-partition XORWOW generators (i0: 0 vector, 1 GpSimd); i1: 0 o0 =
+  kRng,              // an engine's per-partition XORWOW generators (i0: 0 vector, 1 GpSimd); i1: 0 o0 =
                      // 32 random bits each (int64), 1 o0 = uniform fp32 in [0, 1), 2 seed every lane from
                      // o0's first value, 3 o0 = the lanes' states, 4 the lanes' states = o0 (uint32)
+  kGather            // o0[p, k] = o1[p, o2[p, k]] (free dims flattened; an index past the row is an error)
 };
 
 struct Step {

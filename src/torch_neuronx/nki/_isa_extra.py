@@ -197,6 +197,155 @@ def sequence_bounds(dst, segment_ids, name=None):
     trace.emit(ins, "gpsimd", reads=[seg], writes=[dst], steps=steps, cycles=GPSIMD_START + 2 * n)
 
 
+# --- gathers and compaction ------------------------------------------------------------------
+GATHER = 14  # the program's gather step (csrc/nki/program.h kGather)
+
+
+def nc_n_gather(dst, data, indices, name=None):
+    """dst[p, k...] = data[p, :].flatten()[indices[p, k...]] (uint32 indices, within each partition)."""
+    ins = "nc_n_gather"
+    for t, w in ((dst, "dst"), (data, "data"), (indices, "indices")):
+        _on_chip(t, w, ins, allowed=(SBUF,))
+    check(indices.dtype == torch.uint32, "dtype", f"indices is {indices.dtype}; it must be uint32", ins)
+    check(dst.dtype == data.dtype, "dtype", f"dst is {dst.dtype} and data {data.dtype}; they must match", ins)
+    check(dst.shape[0] == data.shape[0] == indices.shape[0], "shape",
+          f"dst, data and indices span {dst.shape[0]}, {data.shape[0]} and {indices.shape[0]} partitions; they must "
+          f"match", ins)
+    check(dst.free_size == indices.free_size, "shape", f"dst has {dst.free_size} elements per partition and indices "
+                                                       f"{indices.free_size}; they must match", ins)
+    n = dst.free_size
+    T.active().emit(ins, "gpsimd", reads=[data, indices], writes=[dst], steps=[(GATHER, [dst, data, indices], [], [])],
+                    cycles=GPSIMD_START + n * -(-n // 512))
+
+
+_NONZERO_LIMIT = 1024
+
+
+def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None):
+    """On partitions 0, 16, ..., 112 (one per GpSimd core): dst[p, :N] = the indices (+ index_offset)
+    of src[p]'s N nonzero elements in order, dst[p, N:T] = padding_val, dst[p, T] = N. Other
+    partitions of dst are left as they were. NeuronCore-v3 and newer. The compaction is a whole-tile
+    [T, T] match of each output slot with the running count of nonzeros."""
+    ins = "nonzero_with_count"
+    _generation(ins, ("gen3", "gen4"), "NeuronCore-v3 (Trn2) and newer")
+    _on_chip(dst, "dst", ins, allowed=(SBUF,)), _on_chip(src, "src", ins, allowed=(SBUF,))
+    t = src.free_size
+    check(src.ndim == 2 and dst.ndim == 2, "shape", f"src and dst are [P, T] and [P, T + 1] tiles, got "
+                                                    f"{tuple(src.shape)} and {tuple(dst.shape)}", ins)
+    check(dst.shape[0] == src.shape[0] and dst.free_size == t + 1, "shape",
+          f"dst must be [{src.shape[0]}, {t + 1}] for src {tuple(src.shape)} (the indices, then the count)", ins)
+    if t > _NONZERO_LIMIT:
+        fail("size", f"nonzero_with_count over {t} elements per partition is not supported yet: the whole-tile "
+                     f"compaction's [T, T] masks are kept to T <= {_NONZERO_LIMIT}", ins)
+    trace = T.active()
+    v, d = src[0:src.shape[0]:16], dst[0:dst.shape[0]:16]
+    a = v.shape[0]
+    nz, running, count = trace.reg((a, 1, t)), trace.reg((a, 1, t)), trace.reg((a, 1))
+    hit, idx, keep = trace.reg((a, t, t)), trace.reg((a, t)), trace.reg((a, t))
+    slot = torch.arange(t, dtype=torch.float32)
+    steps = [(T.BINARY, [nz, v], [_NE, 0, 1, 0], [0.0, 0.0]),
+             (T.SCAN, [running, trace.const(torch.ones(1, t)), nz], [2, 0, 0, 0, 0], [0.0]),  # running count
+             (T.REDUCE, [count, nz], [0, 0, 1], []),
+             # hit[k, j]: element j is nonzero and the (k+1)-th nonzero
+             (T.BINARY, [hit, running, trace.const((slot + 1).reshape(1, t, 1))], [_EQ, 0, 0, 0], [0.0, 0.0]),
+             (T.BINARY, [hit, hit, nz], [13, 0, 0, 0], [0.0, 0.0]),  # logical_and
+             (T.WHERE, [hit, hit, trace.const(slot.reshape(1, 1, t))], [], [0.0]),
+             (T.REDUCE, [idx, hit], [0, 0, 2], []),  # the one matching j (0 where no slot k is filled)
+             (T.BINARY, [idx, idx], [0, 0, 1, 0], [0.0, float(index_offset)]),
+             (T.BINARY, [keep, trace.const(slot.reshape(1, t)), count], [11, 0, 0, 0], [0.0, 0.0]),  # k < N
+             (T.WHERE, [d[:, 0:t], keep, idx], [], [float(padding_val)]),
+             (T.COPY, [d[:, t:t + 1], count], [], [])]
+    trace.emit(ins, "gpsimd", reads=[src], writes=[dst], steps=steps, cycles=GPSIMD_START + 2 * t)
+
+
+# --- Scalar / Vector engine functions of NeuronCore-v4 ------------------------------------------
+def _accumulate(trace, ins, y, reduce_res, reduce_op, reduce_cmd, parts):
+    """reduce_res = reduce_op of y over its free axes, for reduce_cmd idle/reset_reduce (the modes
+    that carry the accumulator over from an earlier instruction are not supported yet)."""
+    from ._isa_base import _op
+    from ._isa_base import reduce_cmd as cmd
+
+    if reduce_res is None:
+        return [], []
+    _on_chip(reduce_res, "reduce_res", ins)
+    check(reduce_res.shape[0] == parts and reduce_res.free_size == 1, "shape",
+          f"reduce_res must be [{parts}, 1], got {tuple(reduce_res.shape)}", ins)
+    if reduce_cmd not in (None, cmd.idle, cmd.reset_reduce):
+        fail("reduce_cmd", f"{ins} with {reduce_cmd} is not supported yet (idle, reset_reduce)", ins)
+    return [(T.REDUCE, [reduce_res, y], [_op(reduce_op, "reduce", ins), 0, 1], [])], [reduce_res]
+
+
+def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=None, reduce_init=0.0, name=None):
+    """dst = exp(src - max_value) (a number or a [P, 1] tile) in fp32, with reduce_res = the sum of
+    the fp32 exponentials per partition. NeuronCore-v4 and newer."""
+    from . import language as nl
+
+    ins = "exponential"
+    _generation(ins, ("gen4",), "NeuronCore-v4 (Trn3) and newer")
+    _on_chip(dst, "dst", ins), _on_chip(src, "src", ins)
+    _same_tile(dst, src, "dst", "src", ins)
+    check(src.ndim <= 4, "shape", f"src has {src.ndim - 1} free dims; the limit is 3", ins)
+    check(reduce_init in (None, 0, 0.0), "reduce_init", "reduce_init is for reduce_cmd=load_reduce, which is not "
+                                                       "supported yet", ins)
+    trace = T.active()
+    y = trace.reg(src.shape)
+    if isinstance(max_value, NkiTensor):
+        _on_chip(max_value, "max_value", ins)
+        neg = trace.reg((src.shape[0],) + (1,) * (src.ndim - 1))
+        steps = [(T.BINARY, [neg, _column(max_value, src, "max_value", ins)], [2, 0, 1, 0], [0.0, -1.0]),
+                 (T.ACTIVATE, [y, src, neg], [nl.exp.act, 0, 1], [1.0, 0.0])]
+        reads = [src, max_value]
+    else:
+        steps = [(T.ACTIVATE, [y, src], [nl.exp.act, 0, 0], [1.0, -float(max_value)])]
+        reads = [src]
+    steps.append((T.COPY, [dst, y], [], []))
+    tail, extra = _accumulate(trace, ins, y, reduce_res, nl.add, reduce_cmd, src.shape[0])
+    trace.emit(ins, "vector", reads=reads, writes=[dst] + extra, steps=steps + tail,
+               cycles=max(MIN_II, src.free_size))
+
+
+_PAIRS = {("multiply", "add"), ("multiply", "subtract"), ("multiply", "bypass"), ("add", "bypass"),
+          ("subtract", "bypass"), ("bypass", "bypass")}
+
+
+def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False, reverse1=False, reduce_op=None,
+              reduce_res=None, reduce_cmd=None, engine=None, name=None):
+    """dst = op((data op0 imm0) op1 imm1) (imm a number or a [P, 1] tile; an op None or nl.bypass
+    skips its stage), in fp32; with reduce_res, reduce_op (add, max, min) of the fp32 result per
+    partition. NeuronCore-v4 and newer."""
+    from . import language as nl
+    from ._isa_base import _lower, _op, _RegView, _scalar_step
+
+    ins = "activate2"
+    _generation(ins, ("gen4",), "NeuronCore-v4 (Trn3) and newer")
+    _on_chip(dst, "dst", ins), _on_chip(data, "data", ins)
+    _same_tile(dst, data, "dst", "data", ins)
+    names = tuple(getattr(o, "__name__", "bypass") if o is not None else "bypass" for o in (op0, op1))
+    check(names in _PAIRS, "op", f"(op0, op1) = {names} is not one of the six documented pairs "
+                                 f"({', '.join(f'({a}, {b})' for a, b in sorted(_PAIRS))})", ins)
+    if relu_param not in (0, 0.0):
+        fail("relu_param", "activate2 with a nonzero relu_param is not supported yet", ins)
+    fn = _op(op, "act", ins)
+    eng = _engine(engine, "scalar")
+    check(eng in ("scalar", "gpsimd"), "engine", f"activate2 runs on the Scalar or GpSimd engine, not {eng}", ins)
+    check(reduce_res is None or eng == "scalar", "engine", "only the Scalar engine reduces (reduce_res)", ins)
+    _no_gpsimd_psum(eng, (dst, data), ins)
+    trace = T.active()
+    x, steps = data, []
+    for o, imm, rev in ((op0, imm0, reverse0), (op1, imm1, reverse1)):
+        if o is None or getattr(o, "__name__", "") == "bypass":
+            continue
+        mid = _RegView(trace.reg(data.shape), data)
+        steps.append(_scalar_step(mid, x, o, imm, rev, ins))
+        x = mid
+    y = _RegView(trace.reg(data.shape), data)
+    steps += [(T.ACTIVATE, [y, x], [fn, 0, 0], [1.0, 0.0]), (T.COPY, [dst, y], [], [])]
+    tail, extra = _accumulate(trace, ins, y, reduce_res, reduce_op or nl.add, reduce_cmd, data.shape[0])
+    reads = [data] + [i for i in (imm0, imm1) if isinstance(i, NkiTensor)]
+    trace.emit(ins, eng, reads=reads, writes=[dst] + extra, steps=_lower(steps + tail),
+               cycles=(GPSIMD_START if eng == "gpsimd" else 0) + max(MIN_II, data.free_size))
+
+
 # --- random numbers ---------------------------------------------------------------------------
 _VECTOR, _GPSIMD = 0, 1
 _BITS, _UNIFORM, _SEED, _GET, _SET = range(5)
@@ -361,4 +510,5 @@ nc_matmul_mx.not_supported_yet = quantize_mx.not_supported_yet = True
 
 
 __all__ = ["tensor_copy_predicated", "dma_transpose", "nc_stream_shuffle", "sequence_bounds", "rng", "rand2",
-           "dropout", "set_rng_seed", "rand_set_state", "rand_get_state", "nc_matmul_mx", "quantize_mx"]
+           "dropout", "set_rng_seed", "rand_set_state", "rand_get_state", "nc_matmul_mx", "quantize_mx",
+           "nc_n_gather", "nonzero_with_count", "exponential", "activate2"]

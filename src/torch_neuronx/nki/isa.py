@@ -22,9 +22,11 @@ from ._isa_more import (
     nc_find_index8, range_select, select_reduce, tensor_scalar_cumulative, tensor_scalar_reduce, tensor_tensor_scan,
 )
 from ._isa_extra import (
-    dma_transpose, dropout, nc_matmul_mx, nc_stream_shuffle, quantize_mx, rand2, rand_get_state, rand_set_state, rng,
-    sequence_bounds, set_rng_seed, tensor_copy_predicated,
+    activate2, dma_transpose, dropout, exponential, nc_matmul_mx, nc_n_gather, nc_stream_shuffle, nonzero_with_count,
+    quantize_mx, rand2, rand_get_state, rand_set_state, rng, sequence_bounds, set_rng_seed, tensor_copy_predicated,
 )
+
+dma_engine = engine.dma  # NKI's name for the DMA engine (as an `engine=` value)
 
 __all__ = ["dma_copy", "tensor_copy", "memset", "iota", "affine_select", "tensor_tensor", "tensor_scalar",
            "scalar_tensor_tensor", "tensor_reduce", "tensor_partition_reduce", "activation", "activation_reduce",
@@ -32,7 +34,8 @@ __all__ = ["dma_copy", "tensor_copy", "memset", "iota", "affine_select", "tensor
            "tensor_scalar_reduce", "tensor_scalar_cumulative", "nc_find_index8", "range_select",
            "select_reduce", "tensor_copy_predicated", "dma_transpose", "nc_stream_shuffle", "sequence_bounds",
            "rng", "rand2", "dropout", "set_rng_seed", "rand_set_state", "rand_get_state", "nc_matmul_mx",
-           "quantize_mx", "engine", "reduce_cmd",
+           "quantize_mx", "nc_n_gather", "nonzero_with_count", "exponential", "activate2", "engine", "dma_engine",
+           "reduce_cmd",
            "nc_version", "get_nc_version", "dge_mode", "oob_mode", "matmul_perf_mode", "NkiValidationError"]
 
 
