@@ -611,6 +611,65 @@ def test_rule_gathers():
     expect_rule("over 2048 elements per partition is not supported yet", k2, (1, 1))
 
 
+# --- nisa.nc_match_replace8 (nki-library's top-k loop), dma_compute --------------------------------
+@nki.jit
+def topk_kernel(x, rounds):
+    """max8, then nc_match_replace8 knocks those 8 out with -inf: `rounds` x 8 largest values and
+    their indices per row, as nki-library's rotational top-k does."""
+    vals = nl.ndarray((x.shape[0], 8 * rounds), dtype=nl.float32, buffer=nl.shared_hbm)
+    idx = nl.ndarray((x.shape[0], 8 * rounds), dtype=nl.uint32, buffer=nl.shared_hbm)
+    data = nl.load(x)
+    v = nl.ndarray((x.shape[0], 8 * rounds), dtype=nl.float32, buffer=nl.sbuf)
+    i = nl.ndarray((x.shape[0], 8 * rounds), dtype=nl.uint32, buffer=nl.sbuf)
+    for r in range(rounds):
+        nisa.max8(dst=v[:, 8 * r:8 * r + 8], src=data)
+        nisa.nc_match_replace8(dst=data, data=data, vals=v[:, 8 * r:8 * r + 8], imm=float("-inf"),
+                               dst_idx=i[:, 8 * r:8 * r + 8])
+    nl.store(vals, v)
+    nl.store(idx, i)
+    return vals, idx
+
+
+def test_match_replace8_drives_a_top_k_with_repeated_values():
+    x = torch.randn(32, 300)
+    x[0, 10:20] = 9.0  # ten equal maxima: each round must take the next occurrence
+    vals, idx = both(topk_kernel, x, 3)
+    want_vals, _ = x.topk(24, dim=1)
+    assert torch.equal(vals, want_vals)
+    assert torch.equal(x.gather(1, idx.to(torch.int64)), vals), "each index points at its value"
+    assert idx[0, :10].to(torch.int64).tolist() == list(range(10, 20)), "repeats match successive occurrences"
+    assert all(len(set(row)) == 24 for row in idx.to(torch.int64).tolist())
+
+
+@nki.jit
+def dma_compute_kernel(a, b, c):
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    out2 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nisa.dma_compute(dst=out, srcs=[a, b, c], reduce_op=nl.add, scales=[1.0, 1.0, 1.0])
+    t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_compute(dst=t, srcs=[a, b], reduce_op=nl.add)  # HBM into SBUF
+    nl.store(out2, t)
+    return out, out2
+
+
+def test_dma_compute_sums_in_fp32_and_rounds_once():
+    a, b, c = (torch.randn(64, 96).bfloat16() for _ in range(3))
+    total, pair = both(dma_compute_kernel, a, b, c)
+    assert torch.equal(total, a.float() + b.float() + c.float())  # fp32 sums, in order, stored as fp32
+    assert torch.equal(pair, (a.float() + b.float()).bfloat16())
+
+
+def test_rule_dma_compute_scales_and_sizes():
+    def k(x):
+        nisa.dma_compute(dst=x, srcs=[x, x], reduce_op=nl.add, scales=[1.0, 2.0])
+    expect_rule(r"scales must be one 1.0 per src", k, (4, 4))
+
+    def k2(x):
+        d = nl.ndarray((4, 5), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_compute(dst=d, srcs=[x], reduce_op=nl.add)
+    expect_rule(r"srcs\[0\] \(4, 4\) and dst \(4, 5\) hold different numbers of elements", k2, (4, 4))
+
+
 # --- nisa.exponential, activate2 (NeuronCore-v4) ---------------------------------------------------
 @nki.jit
 def exponential_kernel(x, m, tile_max):
@@ -694,7 +753,7 @@ def test_mx_instructions_name_their_generation():
 
 
 @pytest.mark.parametrize("name,why", [("register_alloc", "no scalar registers"), ("core_barrier", "one after another"),
-                                      ("sendrecv", "one after another")])
+                                      ("sendrecv", "one after another"), ("local_gather", "16 partitions")])
 def test_unsupported_instructions_say_why(name, why):
     with pytest.raises(NkiTraceError, match=f"nisa.{name} is documented .* not support yet: .*{why}"):
         getattr(nisa, name)(None)

@@ -5,6 +5,7 @@
 #include <ATen/record_function.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <utility>
@@ -596,6 +597,28 @@ void execute(Memory& mem, const Step& s, int team) {
       TORCH_CHECK(idx.numel() == 0 || (idx.min().item<int64_t>() >= 0 && idx.max().item<int64_t>() < rows.size(1)),
                   "nki: a gather index is outside its partition's ", rows.size(1), " elements");
       mem.write(o[0], rows.gather(1, idx));
+      return;
+    }
+    case kMatchReplace8: {
+      at::Tensor data = fp32(mem.view(o[1])).reshape({mem.view(o[1]).size(0), -1}).contiguous().clone();
+      const at::Tensor vals = fp32(mem.view(o[2])).reshape({data.size(0), -1}).contiguous();
+      at::Tensor idx = at::full({data.size(0), vals.size(1)}, int64_t{0xFFFFFFFF}, at::kLong);
+      float* pd = data.mutable_data_ptr<float>();
+      const float* pv = vals.const_data_ptr<float>();
+      int64_t* pi = idx.mutable_data_ptr<int64_t>();
+      const int64_t n = data.size(1), k = vals.size(1);
+      const float imm = static_cast<float>(s.f[0]);
+      for (int64_t p = 0; p < data.size(0); ++p) {
+        for (int64_t j = 0; j < k; ++j) {
+          float* row = pd + p * n;
+          const float* hit = std::find(row, row + n, pv[p * k + j]);
+          if (hit == row + n) continue;
+          pi[p * k + j] = hit - row;
+          row[hit - row] = imm;
+        }
+      }
+      mem.write(o[0], data);
+      if (o.size() > 3) mem.write(o[3], idx);
       return;
     }
     case kRng:

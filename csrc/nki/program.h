@@ -51,7 +51,10 @@ enum Op : int32_t {
   kRng,              // an engine's per-partition XORWOW generators (i0: 0 vector, 1 GpSimd); i1: 0 o0 =
                      // 32 random bits each (int64), 1 o0 = uniform fp32 in [0, 1), 2 seed every lane from
                      // o0's first value, 3 o0 = the lanes' states, 4 the lanes' states = o0 (uint32)
-  kGather            // o0[p, k] = o1[p, o2[p, k]] (free dims flattened; an index past the row is an error)
+  kGather,           // o0[p, k] = o1[p, o2[p, k]] (free dims flattened; an index past the row is an error)
+  kMatchReplace8     // o0 = o1 with, for k = 0..7 in turn, the first element of partition p equal to o2[p, k]
+                     // replaced by f0 (so equal values match successive elements); o3 (if given) = those
+                     // indices, all ones where a value is absent; in fp32, free dims flattened
 };
 
 struct Step {

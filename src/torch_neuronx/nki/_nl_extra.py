@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _dtypes, _isa_extra
+from . import _dtypes, _isa_rng
 from . import _trace as T
 from . import isa as nisa
 from ._errors import fail
@@ -142,7 +142,7 @@ def rand(shape, dtype=None, **kwargs):
     """A new SBUF tile of uniform random values in [0, 1) from the Vector engine's generators."""
     nl = _nl()
     out = nl.ndarray(shape, dtype or nl.float32, SBUF)
-    _isa_extra.uniform(out, "rand")
+    _isa_rng.uniform(out, "rand")
     return out
 
 
