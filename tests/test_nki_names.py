@@ -739,6 +739,42 @@ def test_dma_engine_is_the_dma_engine_value():
     assert nisa.dma_engine is nisa.engine.dma
 
 
+# --- registers known at trace time --------------------------------------------------------------
+@nki.jit
+def register_kernel(x, n):
+    """Sums the first n column blocks of x with a register as the loop's trip count, and stores it."""
+    out = nl.ndarray((x.shape[0], 16), dtype=x.dtype, buffer=nl.shared_hbm)
+    count = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+    reg = nisa.register_alloc(0)
+    nisa.register_move(reg, n)
+    acc = nl.zeros((x.shape[0], 16), dtype=nl.float32)
+    for i in nl.dynamic_range(reg):
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=nl.load(x[:, i * 16:(i + 1) * 16]), op=nl.add)
+    nl.store(out, acc)
+    nisa.register_store(count, reg)
+    return out, count
+
+
+def test_registers_known_at_trace_time_drive_a_dynamic_range():
+    x = torch.randn(32, 96)
+    out, count = both(register_kernel, x, 4)
+    want = x.double().reshape(32, 6, 16)[:, :4].sum(1)
+    torch.testing.assert_close(out.double(), want, atol=1e-5, rtol=1e-6)
+    assert count.item() == 4
+
+
+def test_register_load_is_not_supported_yet_and_says_why():
+    def k(x):
+        reg = nisa.register_alloc()
+        nisa.register_load(reg, nl.zeros((1, 1), dtype=nl.int32))
+    expect_rule("register_load reads its value from device memory while the program runs", k, (1, 1))
+
+    def k2(x):
+        for _ in nl.dynamic_range(nisa.register_alloc()):
+            pass
+    expect_rule("nl.dynamic_range reads a register that holds no value", k2, (1, 1))
+
+
 # --- generation-only and unsupported names --------------------------------------------------------
 def test_mx_instructions_name_their_generation():
     def k(x):
@@ -752,8 +788,8 @@ def test_mx_instructions_name_their_generation():
         nki.estimate(nki.jit(k2), profile="trn3")(torch.zeros(1, 1))
 
 
-@pytest.mark.parametrize("name,why", [("register_alloc", "no scalar registers"), ("core_barrier", "one after another"),
-                                      ("sendrecv", "one after another"), ("local_gather", "16 partitions")])
+@pytest.mark.parametrize("name,why", [("core_barrier", "one after another"), ("sendrecv", "one after another"),
+                                      ("local_gather", "16 partitions")])
 def test_unsupported_instructions_say_why(name, why):
     with pytest.raises(NkiTraceError, match=f"nisa.{name} is documented .* not support yet: .*{why}"):
         getattr(nisa, name)(None)

@@ -408,6 +408,69 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
                cycles=(GPSIMD_START if eng == "gpsimd" else 0) + max(MIN_II, data.free_size))
 
 
+# --- registers --------------------------------------------------------------------------------
+class VirtualRegister:
+    """An engine sequencer's scalar register (nisa.register_alloc). The program has no scalar
+    registers or branches, so a register holds a value known when the kernel is traced: a loop
+    over it (nl.dynamic_range) unrolls, as over an int. A value read from device memory while the
+    program runs (nisa.register_load) is not supported yet."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value=None):
+        self.value = value
+
+    def __repr__(self):
+        return f"VirtualRegister({self.value})"
+
+    def known(self, what):
+        if self.value is None:
+            fail("register", f"{what} reads a register that holds no value (register_alloc() without one)")
+        return self.value
+
+
+def _immediate(x, what, ins):
+    if isinstance(x, VirtualRegister):
+        return x.known(ins)
+    if isinstance(x, bool) or not isinstance(x, int):
+        fail("operand", f"{what} is an int or a register, not {type(x).__name__}", ins)
+    check(-2 ** 31 <= x < 2 ** 32, "range", f"{what} {x} does not fit a 32-bit register", ins)
+    return x
+
+
+def register_alloc(x=None):
+    """A new register, holding the int x (or nothing yet)."""
+    return VirtualRegister(None if x is None else _immediate(x, "x", "register_alloc"))
+
+
+def register_move(dst, src, name=None):
+    """dst = src (an int or another register)."""
+    ins = "register_move"
+    if not isinstance(dst, VirtualRegister):
+        fail("operand", f"dst is a register (nisa.register_alloc), not {type(dst).__name__}", ins)
+    dst.value = _immediate(src, "src", ins)
+
+
+def register_load(dst, src, name=None):
+    fail("not supported yet", "register_load reads its value from device memory while the program runs; the "
+                              "program has no scalar registers or branches, so registers hold values known when "
+                              "the kernel is traced (register_alloc(n), register_move) only", "register_load")
+
+
+def register_store(dst, src, name=None):
+    """dst (a [1, 1] 32-bit integer tile or HBM tensor) = the register's value."""
+    ins = "register_store"
+    _tensor(dst, "dst", ins)
+    if not isinstance(src, VirtualRegister):
+        fail("operand", f"src is a register (nisa.register_alloc), not {type(src).__name__}", ins)
+    check(dst.size == 1 and dst.dtype in (torch.int32, torch.uint32), "shape",
+          f"dst must be one 32-bit integer element, got {tuple(dst.shape)} {dst.dtype}", ins)
+    trace = T.active()
+    value = trace.const(torch.full(tuple(dst.shape), src.known(ins), dtype=torch.int64).to(dst.dtype))
+    trace.emit(ins, "dma" if not dst.on_chip else "gpsimd", reads=[], writes=[dst],
+               steps=[(T.COPY, [dst, value], [], [])], cycles=MIN_II, dma=(4, 4) if not dst.on_chip else None)
+
+
 # --- generation-only instructions not implemented here ----------------------------------------
 def _mx_only(ins):
     _generation(ins, ("gen4",), "NeuronCore-v4 (Trn3) and newer")
@@ -422,10 +485,10 @@ def quantize_mx(*args, **kwargs):
     _mx_only("quantize_mx")
 
 
-# Counted as missing in the coverage table: on their generation they only raise.
-nc_matmul_mx.not_supported_yet = quantize_mx.not_supported_yet = True
+# Counted as missing in the coverage table: they only raise (the MX ones on their own generation).
+nc_matmul_mx.not_supported_yet = quantize_mx.not_supported_yet = register_load.not_supported_yet = True
 
 
 __all__ = ["tensor_copy_predicated", "dma_transpose", "nc_stream_shuffle", "sequence_bounds", "nc_matmul_mx",
            "quantize_mx", "nc_n_gather", "nonzero_with_count", "exponential", "activate2", "nc_match_replace8",
-           "dma_compute"]
+           "dma_compute", "VirtualRegister", "register_alloc", "register_move", "register_load", "register_store"]

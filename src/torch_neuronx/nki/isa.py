@@ -22,8 +22,9 @@ from ._isa_more import (
     nc_find_index8, range_select, select_reduce, tensor_scalar_cumulative, tensor_scalar_reduce, tensor_tensor_scan,
 )
 from ._isa_extra import (
-    activate2, dma_compute, dma_transpose, exponential, nc_match_replace8, nc_matmul_mx, nc_n_gather, nc_stream_shuffle,
-    nonzero_with_count, quantize_mx, sequence_bounds, tensor_copy_predicated,
+    VirtualRegister, activate2, dma_compute, dma_transpose, exponential, nc_match_replace8, nc_matmul_mx, nc_n_gather,
+    nc_stream_shuffle, nonzero_with_count, quantize_mx, register_alloc, register_load, register_move, register_store,
+    sequence_bounds, tensor_copy_predicated,
 )
 from ._isa_rng import dropout, rand2, rand_get_state, rand_set_state, rng, set_rng_seed
 
@@ -36,7 +37,8 @@ __all__ = ["dma_copy", "tensor_copy", "memset", "iota", "affine_select", "tensor
            "select_reduce", "tensor_copy_predicated", "dma_transpose", "nc_stream_shuffle", "sequence_bounds",
            "rng", "rand2", "dropout", "set_rng_seed", "rand_set_state", "rand_get_state", "nc_matmul_mx",
            "quantize_mx", "nc_n_gather", "nonzero_with_count", "exponential", "activate2", "nc_match_replace8",
-           "dma_compute", "engine", "dma_engine",
+           "dma_compute", "register_alloc", "register_move", "register_load", "register_store",
+           "VirtualRegister", "engine", "dma_engine",
            "reduce_cmd",
            "nc_version", "get_nc_version", "dge_mode", "oob_mode", "matmul_perf_mode", "NkiValidationError"]
 
@@ -51,12 +53,9 @@ for _enum in (engine, reduce_cmd, nc_version, dge_mode, oob_mode, matmul_perf_mo
 from . import _api  # noqa: E402
 
 # Documented, not implemented, and why (each raises "not supported yet" with its reason when used).
-_REGISTERS = ("the program executor runs a fixed list of whole-tile steps: it has no scalar registers, "
-              "so no loop bound or offset can come from a value computed on the device")
 _CORES = ("the programs of an SPMD launch run one after another on the software core, so one core "
           "cannot wait for or receive from another that has not run yet")
-for _name, _why in (("register_alloc", _REGISTERS), ("register_load", _REGISTERS), ("register_move", _REGISTERS),
-                    ("register_store", _REGISTERS), ("core_barrier", _CORES), ("sendrecv", _CORES),
+for _name, _why in (("core_barrier", _CORES), ("sendrecv", _CORES),
                     ("local_gather", "the layout of the gathered elements across a GpSimd core's 16 partitions "
                                      "(NKI's NumPy reference) is not reproduced here yet")):
     globals()[_name] = _api.NotSupportedYet(f"nisa.{_name}", _why)

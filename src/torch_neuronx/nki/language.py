@@ -96,11 +96,12 @@ sequential_range = static_range = affine_range
 
 
 def dynamic_range(*args, **_):
-    """A loop the hardware runs with a register as its trip count. Over ints known at trace time it is
-    the same loop unrolled (same result); over a runtime register it needs the executor's loops."""
+    """A loop the hardware runs with a register as its trip count. Over ints, or registers holding
+    values known at trace time (nisa.register_alloc(n)), it is the same loop unrolled (same result)."""
+    args = tuple(a.known("nl.dynamic_range") if isinstance(a, nisa.VirtualRegister) else a for a in args)
     if not builtins.all(isinstance(a, int) and not isinstance(a, bool) for a in args):
-        raise NkiTraceError("nl.dynamic_range over a runtime register (nisa.register_*) is not supported yet; "
-                            "its bounds must be ints known when the kernel is traced")
+        raise NkiTraceError("nl.dynamic_range over a runtime register (a value read on the device) is not supported "
+                            "yet; its bounds must be ints or registers known when the kernel is traced")
     return range(*args)
 
 
