@@ -775,6 +775,29 @@ def test_register_load_is_not_supported_yet_and_says_why():
     expect_rule("nl.dynamic_range reads a register that holds no value", k2, (1, 1))
 
 
+# --- the cost model sees each new instruction on its engine ---------------------------------------
+@nki.jit
+def engines_kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_transpose(dst=t, src=x)  # dma
+    bits = nl.ndarray(x.shape, dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.rng(dst=bits, engine=nisa.engine.gpsimd)  # gpsimd
+    s = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.nc_stream_shuffle(dst=s, src=t, shuffle_mask=tuple(range(32)))  # vector
+    y = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.activate2(dst=y, op=nl.exp, data=s, imm0=2.0, imm1=None, op0=nl.multiply, op1=None)  # scalar
+    nisa.dma_copy(dst=out, src=y)
+    return out
+
+
+def test_new_instructions_are_priced_on_their_engines():
+    est = nki.estimate(engines_kernel, profile="trn3")(torch.zeros(128, 128))
+    assert est.instructions == {"tensor": 0, "vector": 1, "scalar": 1, "gpsimd": 1, "dma": 2}
+    assert est.cycles["scalar"] == 128 and est.cycles["vector"] == 128  # max(64, N) per N elements
+    assert est.cycles["gpsimd"] == 150 + 128  # GpSimd's start-up, then N
+
+
 # --- generation-only and unsupported names --------------------------------------------------------
 def test_mx_instructions_name_their_generation():
     def k(x):
