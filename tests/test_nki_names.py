@@ -324,13 +324,13 @@ def test_rule_dma_transpose_axes_and_memory():
         d = nl.ndarray((4, 8, 2), dtype=nl.float32, buffer=nl.sbuf)
         s = nl.ndarray((2, 8, 4), dtype=nl.float32, buffer=nl.sbuf)
         nisa.dma_transpose(dst=d, src=s, axes=(0, 2, 1))
-    expect_rule(r"axes \(0, 2, 1\) of a 3-D src must be \(2, 1, 0\)", k, (1, 1))
+    expect_rule(r"axes \(0, 2, 1\) for a 3-d tile; the DMA engine transposes only \(2, 1, 0\)", k, (1, 1))
 
     def k2(x):
         d, = _tiles(1, shape=(16, 8))
         s, = _tiles(1, buffer=nl.psum)
         nisa.dma_transpose(dst=d, src=s)
-    expect_rule("src is in psum; dma_transpose reads HBM or SBUF", k2, (1, 1))
+    expect_rule("DMA cannot read or write PSUM", k2, (1, 1))
 
 
 # --- nisa.nc_stream_shuffle -----------------------------------------------------------------------
