@@ -98,9 +98,9 @@ SMOLLM_135M = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hi
 def test_activations_are_the_fused_attention_kernels_not_the_score_matrices(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(SMOLLM_135M))
     r = report.assess(str(tmp_path), batch=1, seq=2048, train=True)
-    # the math path would keep 30 layers x 9 heads x 2048^2 scores (and their softmax): >= 4 GiB
-    scores = 30 * 9 * 2048 * 2048 * 2
-    assert r["memory"]["activations"] < scores / 4
+    half = report.assess(str(tmp_path), batch=1, seq=1024, train=True)
+    # linear in the sequence: the math path's score matrices (and their softmax) would grow 4x
+    assert r["memory"]["activations"] <= 2.05 * half["memory"]["activations"]
     assert r["min_devices"]["trn2"] == 1
     names = {row[0] for row in r["breakdown"]["trn2"]}
     assert "aten::_scaled_dot_product_fused_attention_overrideable_backward" in names
