@@ -101,7 +101,8 @@ LNC=2; a step is the whole step on that many logical cores (the prompt and every
 <h2>Layouts</h2>
 <p>The best splits of those cores: tensor parallel (TP) within a chip first, data parallel (DP, or FSDP when
 training) across the NeuronLink torus, EFA only between instances.</p>
-<table><tr><th>profile</th><th>#</th><th style='text-align:left'>layout</th><th>step seconds</th><th>tokens / s</th><th>bound by</th></tr>
+<table><tr><th>profile</th><th>#</th><th style='text-align:left'>layout</th><th>step seconds</th>
+<th>tokens / s</th><th>bound by</th></tr>
 {layouts}</table>
 <h2>Where the time goes</h2>
 <p>Per op on one logical core, before the split: tensor parallelism divides each op's compute and memory
