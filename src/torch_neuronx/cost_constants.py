@@ -46,7 +46,7 @@ CONSTANTS = {
                                      "the descriptor's 1.3 µs covers it"),
         "dma_fixed_us": Constant(_nki_dma_fixed_us("trn2"), "µs per op", "nki",
                                  "a DMA descriptor's start-up (nki/_profile.py dma_fixed_ns, NKI DMA guide)"),
-        "step_overhead_us": Constant(9500.0, "µs per forward step", "fitted",
+        "step_overhead_us": Constant(10000.0, "µs per forward step", "fitted",
                                      "the runtime's and the server's fixed cost per model execution (NEFF "
                                      "launch, input copies, sampling, vLLM's scheduling)"),
         "request_overhead_us": Constant(13000.0, "µs per served request", "fitted",
@@ -64,9 +64,9 @@ CONSTANTS = {
                                                 "160 GB/s); fitted to the TP=64 prefill rows"),
         "efa_bytes_per_s": Constant(3.2e12 / 8, "bytes/s per instance", "doc",
                                     "3.2 Tbps EFAv3 per trn2.48xlarge: " + TRN2_INSTANCE),
-        "chip_hop_us": Constant(2.0, "µs per algorithm step", "assumed",
-                                "a step of a collective between cores of one chip: a semaphore wait and a DMA "
-                                "descriptor (about the NKI profile's 1.3 µs); no published row exercises it"),
+        "chip_hop_us": Constant(0.5, "µs per algorithm step", "assumed",
+                                "a step of a collective between cores of one chip (a semaphore wait; the "
+                                "DMA descriptor is the op's fixed cost); no published row exercises it"),
         "neuronlink_hop_us": Constant(1.0, "µs per algorithm step", "assumed",
                                       "a step of a collective over the 4x4 torus (a chip-to-chip DMA's "
                                       "latency beside its descriptor); the decode rows cannot tell it from "
@@ -115,8 +115,9 @@ def collective_seconds(kind: str, nbytes: int, ranks: int, profile: str = "trn2"
     """(seconds, bound) of one collective of `nbytes` (the full buffer: all-reduce's input,
     all-gather's output, reduce-scatter's input, all-to-all's input) among `ranks` logical cores.
 
-    Latency: a hierarchical algorithm's 2*ceil(log2(ranks)) steps for all-reduce (reduce-scatter then
-    all-gather), ceil(log2(ranks)) for the others, each paying the slowest link's hop latency.
+    Latency: a hierarchical algorithm's ceil(log2(ranks)) steps (twice for all-reduce: a
+    reduce-scatter then an all-gather), each level's steps at its own hop latency: within a chip,
+    then across the torus, then across instances.
     Bandwidth: the bus bytes each rank moves ((ranks-1)/ranks of the buffer, twice for all-reduce)
     at its share of the slowest link it crosses."""
     if kind not in _KINDS:
@@ -134,10 +135,13 @@ def collective_seconds(kind: str, nbytes: int, ranks: int, profile: str = "trn2"
         bw = c["neuronlink_ring_bytes_per_s"].value
     else:
         bw = c["efa_bytes_per_s"].value / (per_chip * CHIPS_PER_INSTANCE)
-    hop = c[f"{where}_hop_us"].value * 1e-6
-    steps = math.ceil(math.log2(ranks)) * (2 if kind == "all_reduce" else 1)
+    per_instance = per_chip * CHIPS_PER_INSTANCE
+    levels = (("chip", min(ranks, per_chip)), ("neuronlink", min(max(ranks // per_chip, 1), CHIPS_PER_INSTANCE)),
+              ("efa", max(ranks // per_instance, 1)))
+    latency = sum(math.ceil(math.log2(n)) * c[f"{level}_hop_us"].value * 1e-6 for level, n in levels if n > 1)
+    latency *= 2 if kind == "all_reduce" else 1
     bus = (ranks - 1) / ranks * (2 if kind == "all_reduce" else 1)
-    latency, bandwidth = steps * hop, bus * nbytes / bw
+    bandwidth = bus * nbytes / bw
     return latency + bandwidth, ("collective latency" if latency >= bandwidth else "collective bandwidth")
 
 

@@ -152,7 +152,8 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
         tp = min(degree, report_layouts.INSTANCE_CORES)
         result[profile] = report_layouts.price(profile, tp, degree // tp, est, decodes.get(profile), cfg)
         options = [report_layouts.price(profile, t, d, est, decodes.get(profile), cfg)
-                   for t, d in report_layouts.candidates(degree, min_devices[profile])]
+                   for t, d in report_layouts.candidates(
+                       degree, report_layouts.fits(memory, _CORE_HBM[profile], train))]
         layouts[profile] = sorted(options, key=lambda r: -r["tokens_per_second"])[:3]
     if all(v is None for v in min_devices.values()):
         raise ReportError(f"{total / GIB:,.1f} GiB does not fit {_MAX_DEVICES} logical cores of trn2 or trn3")

@@ -32,7 +32,7 @@ def _pass(est: Estimate, tp: int, profile: str, tokens: int, passes: int, cfg: d
     terms = {"compute": parts["compute"] * 1e-6 / tp, "HBM": parts["memory"] * 1e-6 / tp,
              "collectives": parts["collective"] * 1e-6, "latency": parts["fixed"] * 1e-6}
     # what the fitted constants multiply (benchmarks/cost_model_vs_aws.py --fit reprices with them)
-    counts = {"ops": parts["ops"], "hops": 0, "steps": 1, "ring_bytes": 0.0, "requests": 0}
+    counts = {"ops": parts["ops"], "steps": 1, "ring_bytes": 0.0, "requests": 0}
     if tp > 1:  # two all-reduces of the hidden state per layer and pass
         n = 2 * passes * cfg["layers"]
         size = cfg["batch"] * tokens * cfg["hidden"] * cfg["item"]
@@ -40,8 +40,6 @@ def _pass(est: Estimate, tp: int, profile: str, tokens: int, passes: int, cfg: d
         latency, _ = cost_constants.collective_seconds("all_reduce", 0, tp, profile)
         terms["collectives"] += n * (seconds - latency)
         terms["latency"] += n * latency
-        counts["hops"] = round(n * latency / (cost_constants.value(profile, f"{cost_constants.topology(tp)}_hop_us")
-                                              * 1e-6))
         if cost_constants.topology(tp) == "neuronlink":
             counts["ring_bytes"] = n * 2 * (tp - 1) / tp * size
     terms["latency"] += cost_constants.value(profile, "step_overhead_us") * 1e-6
@@ -84,11 +82,23 @@ def price(profile: str, tp: int, dp: int, step: Estimate, decode: Estimate | Non
     return out
 
 
-def candidates(devices: int, min_tp: int) -> list:
-    """TP x DP splits of `devices` logical cores: TP from the smallest degree the model fits to one
-    instance, the rest data parallel."""
-    out, tp = [], max(1, min_tp)
+def candidates(devices: int, fits) -> list:
+    """TP x DP splits of `devices` logical cores whose memory per core `fits(tp, dp)`: TP up to one
+    instance, the rest data parallel (FSDP shards the training states across it too)."""
+    out, tp = [], 1
     while tp <= min(devices, INSTANCE_CORES):
-        out.append((tp, devices // tp))
+        if fits(tp, devices // tp):
+            out.append((tp, devices // tp))
         tp *= 2
     return out
+
+
+def fits(memory: dict, capacity: float, train: bool):
+    """Whether a TP x DP layout fits `capacity` bytes per logical core: the training states shard
+    over all its cores (FSDP), the weights of an inference replica over its TP group, activations
+    and the KV cache over the TP group."""
+    def check(tp: int, dp: int) -> bool:
+        states = memory["weights"] + memory["gradients"] + memory["optimizer_states"]
+        per_core = states / (tp * dp if train else tp) + (memory["activations"] + memory["kv_cache"]) / tp
+        return per_core <= 0.9 * capacity
+    return check
