@@ -163,13 +163,6 @@ class Estimate:
     def total_us(self) -> float:
         return sum(o.us for o in self.ops)
 
-    def sharded_us(self, degree: int) -> float:
-        """The step on each of `degree` logical cores when every op is split across them (tensor
-        parallel): an op's compute and memory time divide, its fixed cost does not. Collectives
-        between the shards are the caller's (report.py adds them)."""
-        fixed = ROOFLINES[self.profile].fixed_us
-        return sum((max(o.us - fixed, 0.0)) / degree + min(o.us, fixed) for o in self.ops)
-
     def parts(self) -> dict:
         """The step's µs by what bounds it: `compute` and `memory` (the work, which tensor
         parallelism divides), `collective`, and `fixed` (each op's launch and DMA descriptor, which
