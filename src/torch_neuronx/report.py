@@ -5,7 +5,8 @@ The model is built from its `config.json` on the meta device (no weights are rea
 and one step runs there: its ATen ops give the plan of each on neuron (`explain`), the tensors the
 backward keeps (activation memory) and the cost model's estimate (`cost_model.py`). Printed as
 text, with `--json PATH` as JSON with the keys `will_run`, `fallbacks`, `sync_ops`,
-`graph_breaks`, `parameters`, `memory`, `min_devices`, `estimate` (and `breakdown`: µs per op name),
+`graph_breaks`, `parameters`, `memory`, `min_devices`, `estimate`, `layouts` (report_layouts.py: the
+best TP x DP splits, each with its bounding term) and `breakdown` (µs per op name),
 and with `--html PATH` as a page with the time by op and the memory bars (report_html.py).
 """
 from __future__ import annotations
