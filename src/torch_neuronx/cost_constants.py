@@ -46,7 +46,7 @@ CONSTANTS = {
                                      "the descriptor's 1.3 µs covers it"),
         "dma_fixed_us": Constant(_nki_dma_fixed_us("trn2"), "µs per op", "nki",
                                  "a DMA descriptor's start-up (nki/_profile.py dma_fixed_ns, NKI DMA guide)"),
-        "step_overhead_us": Constant(10000.0, "µs per forward step", "fitted",
+        "step_overhead_us": Constant(9750.0, "µs per forward step", "fitted",
                                      "the runtime's and the server's fixed cost per model execution (NEFF "
                                      "launch, input copies, sampling, vLLM's scheduling)"),
         "request_overhead_us": Constant(13000.0, "µs per served request", "fitted",

@@ -10,7 +10,7 @@ cost_constants.collective_seconds, each in the topology its ranks span.
 from __future__ import annotations
 
 from . import cost_constants
-from .cost_model import Estimate
+from .cost_model import ROOFLINES, Estimate
 
 INSTANCE_CORES = cost_constants.LOGICAL_CORES_PER_CHIP * cost_constants.CHIPS_PER_INSTANCE
 
@@ -39,7 +39,8 @@ def _pass(est: Estimate, tp: int, profile: str, tokens: int, passes: int, cfg: d
         seconds, _ = cost_constants.collective_seconds("all_reduce", size, tp, profile)
         latency, _ = cost_constants.collective_seconds("all_reduce", 0, tp, profile)
         terms["collectives"] += n * (seconds - latency)
-        terms["latency"] += n * latency
+        terms["latency"] += n * (latency + ROOFLINES[profile].fixed_us * 1e-6)  # each a kernel too
+        counts["ops"] += n
         if cost_constants.topology(tp) == "neuronlink":
             counts["ring_bytes"] = n * 2 * (tp - 1) / tp * size
     terms["latency"] += cost_constants.value(profile, "step_overhead_us") * 1e-6
