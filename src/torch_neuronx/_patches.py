@@ -49,11 +49,48 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+class _PatchWhenLoaded:
+    """Mixed into the class of the spec of a module whose import is under way when a patch for it
+    is asked for (it imported torch, which autoloaded this package: `import
+    transformers.modeling_utils` as a program's first import). importlib clears the spec's
+    `_initializing` once the module's code has run (importlib._bootstrap._load_unlocked, in a
+    `finally`): the waiting patches run then, on the whole module, and the spec gets its own class
+    back."""
+
+    @property
+    def _initializing(self):
+        return self.__dict__.get("_initializing", False)
+
+    @_initializing.setter
+    def _initializing(self, value):
+        self.__dict__["_initializing"] = value
+        if value:
+            return
+        self.__class__ = self.__dict__.pop("_neuron_class")
+        patches = self.__dict__.pop("_neuron_patches")
+        module = sys.modules.get(self.name)
+        if getattr(module, "__spec__", None) is not self:  # its code raised: a later import retries
+            _pending.setdefault(self.name, []).extend(patches)
+            return
+        for patch in patches:
+            patch(module)
+
+
 def after_import(target: str, patch) -> None:
     """Runs patch(module) once `target` is imported (now, if it already is): heavy modules are
-    patched when, and if, something imports them."""
-    if target in sys.modules:
-        patch(sys.modules[target])
+    patched when, and if, something imports them. A module whose import is still running (it is in
+    sys.modules, half-initialised) is patched when that import finishes."""
+    module = sys.modules.get(target)
+    spec = getattr(module, "__spec__", None)
+    if module is not None and getattr(spec, "_initializing", False):
+        if not isinstance(spec, _PatchWhenLoaded):
+            cls = type(spec)
+            spec.__dict__.update(_neuron_class=cls, _neuron_patches=[])
+            spec.__class__ = type(cls.__name__, (_PatchWhenLoaded, cls), {})
+        spec._neuron_patches.append(patch)
+        return
+    if module is not None:
+        patch(module)
         return
     if not any(isinstance(f, _AfterImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _AfterImport())
