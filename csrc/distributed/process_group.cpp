@@ -127,7 +127,7 @@ class NeuronWork : public c10d::Work {
 ProcessGroupNeuron::ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                        std::chrono::milliseconds timeout, std::string label,
                                        c10::intrusive_ptr<c10d::Backend> host)
-    : Backend(rank, size), timeout_(timeout), label_(std::move(label)), host_(std::move(host)) {
+    : Backend(rank, size), timeout_ms_(timeout.count()), label_(std::move(label)), host_(std::move(host)) {
   if (host_) return;
   neuronrt::ShmGroupOptions o;
   o.rank = rank;
@@ -149,7 +149,15 @@ ProcessGroupNeuron::ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& st
 ProcessGroupNeuron::~ProcessGroupNeuron() = default;
 
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupNeuron::getBackendOptions() {
-  return c10::make_intrusive<Options>("neuron", timeout_);
+  return c10::make_intrusive<Options>("neuron", std::chrono::milliseconds(timeout_ms_.load()));
+}
+
+void ProcessGroupNeuron::setTimeout(std::chrono::milliseconds timeout) {
+  TORCH_CHECK_VALUE(timeout.count() > 0, "neuron: ", label_, ": a timeout must be positive, got ", timeout.count(),
+                    " ms");
+  timeout_ms_.store(timeout.count());
+  if (shm_) shm_->set_timeout(timeout);
+  if (host_) host_->setTimeout(timeout);
 }
 
 c10::Device ProcessGroupNeuron::device_for(const std::vector<at::Tensor>& tensors, const char* name,

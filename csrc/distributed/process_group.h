@@ -51,6 +51,8 @@ class ProcessGroupNeuron : public c10d::Backend {
 
   const std::string getBackendName() const override { return "neuron"; }
   c10::intrusive_ptr<Options> getBackendOptions() override;
+  // A new timeout for the group's later collectives, as gloo and NCCL take one (_set_pg_timeout).
+  void setTimeout(std::chrono::milliseconds timeout) override;
   bool transport_is_shared_memory() const { return host_ == nullptr; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
@@ -112,7 +114,7 @@ class ProcessGroupNeuron : public c10d::Backend {
                                              const std::vector<at::Tensor>& tensors, const c10d::ReduceOp& op,
                                              int root);
 
-  std::chrono::milliseconds timeout_;
+  std::atomic<int64_t> timeout_ms_;  // read by getBackendOptions, set by setTimeout
   std::string label_;
   std::shared_ptr<neuronrt::ShmGroup> shm_;  // shared with queued tasks
   c10::intrusive_ptr<c10d::Backend> host_;

@@ -478,6 +478,36 @@ def dynamo_backend_registered_once() -> None:
     after_import("torch._dynamo.backends.registry", patch)
 
 
+def process_group_timeouts() -> None:
+    """torch.distributed.distributed_c10d._set_pg_timeout (what TorchTitan calls once its first
+    steps have compiled, to shorten the timeout again) hands the new timeout to a group's gloo and
+    NCCL backends only, and warns "Set timeout is now only supported for either nccl or gloo" for
+    any other: a neuron group kept the timeout it was created with. A group's neuron backend takes
+    it as those do (ProcessGroupNeuron::setTimeout); the group's other backends are PyTorch's."""
+
+    def patch(c10d):
+        original = c10d._set_pg_timeout
+        if getattr(original, "_neuron", False):
+            return
+
+        @functools.wraps(original)
+        def set_pg_timeout(timeout, group=None):
+            pg = group if group is not None else c10d._get_default_group()
+            neuron = torch.device("neuron")
+            if c10d._rank_not_in_group(pg) or neuron not in pg._device_types:
+                return original(timeout, group)
+            from . import _C
+
+            _C._set_process_group_timeout(pg._get_backend(neuron), timeout)
+            if any(d != neuron for d in pg._device_types):  # "cpu:gloo,neuron:neuron": gloo's too
+                original(timeout, group)
+
+        set_pg_timeout._neuron = True
+        c10d._set_pg_timeout = set_pg_timeout
+
+    after_import("torch.distributed.distributed_c10d", patch)
+
+
 def install() -> None:
     tensor_printing()
     linear_cross_entropy_defaults()
@@ -487,3 +517,4 @@ def install() -> None:
     flex_attention_device_check()
     dynamo_function_names_when_logged()
     dynamo_backend_registered_once()
+    process_group_timeouts()
