@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.requirements-stamp
 RT_BUILD := build/runtime-tests
 RT_CMAKE := -G Ninja -DNEURONX_BUILD_EXTENSION=OFF -DNEURONX_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all sysdeps venv install lint runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile bench-collectives bench-nki bench-cost-model bench-vllm conformance hf-matrix hf-model-tests upstream-tests clean
+.PHONY: all sysdeps venv install lint runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile bench-collectives bench-nki bench-cost-model bench-vllm conformance hf-matrix hf-model-tests hf-model-tests-run upstream-tests clean
 
 all: install
 
@@ -118,13 +118,15 @@ hf-model-tests:
 	  echo "hf-model-tests: skipped: set TRANSFORMERS_SRC=/path/to/transformers (a source checkout of" \
 	    "the installed version, e.g. git clone -b v$$($(PY) -c 'import transformers as t; print(t.__version__)')" \
 	    "https://github.com/huggingface/transformers)"; \
-	else $(MAKE) --no-print-directory install && cd tests/hf/transformers_suite && \
+	else $(MAKE) --no-print-directory hf-model-tests-run; fi
+
+hf-model-tests-run: install
+	cd tests/hf/transformers_suite && \
 	  TRANSFORMERS_SRC=$(abspath $(TRANSFORMERS_SRC)) TRANSFORMERS_TEST_DEVICE=neuron \
 	  TRANSFORMERS_TEST_DEVICE_SPEC=neuron_device_spec.py \
 	  $(abspath $(PY)) -m pytest -q -rfE -p no:cacheprovider -p no:randomly -p neuron_transformers_plugin \
 	    -o addopts= -k "$(HF_TESTS_K)" \
-	    $(addprefix $(abspath $(TRANSFORMERS_SRC))/tests/models/,$(HF_FAMILIES)); \
-	fi
+	    $(addprefix $(abspath $(TRANSFORMERS_SRC))/tests/models/,$(HF_FAMILIES))
 
 # PyTorch's own device-generic suites (test_ops.py's TestCommon comparisons, test_modules.py's
 # TestModule) on neuron, run where they lie (never copied here) with the neuron test base
