@@ -339,10 +339,11 @@ def test_static_cache_generate_keeps_the_users_max_cache_len():
 def _static_cache_outputs(model, prompt, max_new_tokens):
     out = model.generate(prompt, max_new_tokens=max_new_tokens, do_sample=False, cache_implementation="static",
                          return_dict_in_generate=True)
-    return out.sequences, [(layer.max_cache_len, layer.keys, layer.values) for layer in out.past_key_values.layers]
+    cache = getattr(out.past_key_values, "self_attention_cache", out.past_key_values)  # an encoder-decoder's
+    return out.sequences, [(layer.max_cache_len, layer.keys, layer.values) for layer in cache.layers]
 
 
-@pytest.mark.parametrize("family", ["llama", "mistral_window_8", "mistral_window_64"])
+@pytest.mark.parametrize("family", ["llama", "mistral_window_8", "mistral_window_64", "bart"])
 def test_static_cache_generate_returns_the_cpus_cache_length(family):
     """The rounded cache length is internal: past_key_values has the CPU's length (prompt + new
     tokens; a sliding layer at most its window), values and all, and the next call sizes its cache
@@ -351,6 +352,12 @@ def test_static_cache_generate_returns_the_cpus_cache_length(family):
 
     if family == "llama":
         model = _tiny_llama(torch.float32)
+    elif family == "bart":
+        cfg = transformers.BartConfig(vocab_size=96, d_model=32, encoder_layers=2, decoder_layers=2,
+                                      encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=37,
+                                      decoder_ffn_dim=37, max_position_embeddings=100)
+        torch.manual_seed(0)
+        model = transformers.BartForConditionalGeneration(cfg).eval()
     else:
         window = int(family.rsplit("_", 1)[1])
         cfg = transformers.MistralConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
