@@ -184,3 +184,18 @@ def test_after_import_patches_half_imported_modules_when_they_finish(tmp_path):
     # the failed import's patch waits; the retry registers its own too, and both see the whole module
     assert r.stdout.splitlines() == ["raised first try", "body done", "patched late", "patched late",
                                      "ModuleSpec"]
+
+
+def test_process_group_timeouts():
+    import torch.distributed.distributed_c10d as c10d
+
+    assert getattr(c10d._set_pg_timeout, "_neuron", False), "patch process_group_timeouts is not installed"
+    assert "only supported for either nccl or gloo" in _source(c10d._set_pg_timeout), \
+        "patch process_group_timeouts: _set_pg_timeout changed; it may reach the neuron backend by itself now"
+
+
+def test_generate_returns_the_cpus_cache_length_patch():
+    import transformers.generation.utils as gen
+
+    assert getattr(gen.GenerationMixin.generate, "_neuron", False), "patch generate_static_cache_programs: " \
+        "generate is not wrapped (the cache it returns would keep the rounded length)"
