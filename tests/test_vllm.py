@@ -52,6 +52,10 @@ def models(tmp_path_factory):
         "qwen2": transformers.Qwen2Config(**common, tie_word_embeddings=True),
         # A window shorter than the prompts: every layer attends to its last 8 tokens only.
         "mistral-window": transformers.MistralConfig(**common, sliding_window=8),
+        # MoE through vLLM's fused-MoE layer: 4 experts, 2 per token.
+        "mixtral": transformers.MixtralConfig(**common, num_local_experts=4, num_experts_per_tok=2),
+        "qwen3-moe": transformers.Qwen3MoeConfig(**common, num_experts=4, num_experts_per_tok=2, head_dim=32,
+                                                 moe_intermediate_size=64, norm_topk_prob=True),
     }
     paths = {}
     for name, config in configs.items():
@@ -107,7 +111,7 @@ def run_vllm(script: str, timeout: int = 300, log: bool = False, cwd: str | None
     return out
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen2", "mistral-window"])
+@pytest.mark.parametrize("name", ["llama", "qwen2", "mistral-window", "mixtral", "qwen3-moe"])
 def test_greedy_batch_equals_hf_cpu(models, name):
     out = run_vllm(f"""
         llm = engine({models[name]!r})
