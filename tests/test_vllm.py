@@ -56,6 +56,15 @@ def models(tmp_path_factory):
         "mixtral": transformers.MixtralConfig(**common, num_local_experts=4, num_experts_per_tok=2),
         "qwen3-moe": transformers.Qwen3MoeConfig(**common, num_experts=4, num_experts_per_tok=2, head_dim=32,
                                                  moe_intermediate_size=64, norm_topk_prob=True),
+        # ALiBi instead of positions; a wider initialisation keeps its greedy tokens from repeating one.
+        "bloom": transformers.BloomConfig(
+            vocab_size=len(tokenizer), hidden_size=128, n_layer=2, n_head=4, initializer_range=0.2,
+            pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        ),
+        # Gemma-2's attention soft-capping, with a cap small enough to bend this model's scores (the
+        # default 50 leaves a randomly initialised model's unchanged), and its default final cap.
+        "gemma2-softcap": transformers.Gemma2Config(**common, head_dim=32, attn_logit_softcapping=0.02),
     }
     paths = {}
     for name, config in configs.items():
@@ -64,15 +73,19 @@ def models(tmp_path_factory):
     return paths
 
 
-def hf_greedy(path, prompts, new_tokens=NEW_TOKENS):
+def hf_greedy(path, prompts, new_tokens=NEW_TOKENS, logprobs=False):
+    """HF's greedy tokens per prompt; with logprobs=True also each token's log-probability."""
     tokenizer = transformers.AutoTokenizer.from_pretrained(path)
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    out = []
+    out, logps = [], []
     for prompt in prompts:
         ids = tokenizer(prompt, return_tensors="pt").input_ids
-        tokens = model.generate(ids, max_new_tokens=new_tokens, do_sample=False, min_new_tokens=new_tokens)
-        out.append(tokens[0, ids.shape[1]:].tolist())
-    return out
+        gen = model.generate(ids, max_new_tokens=new_tokens, do_sample=False, min_new_tokens=new_tokens,
+                             output_logits=True, return_dict_in_generate=True)
+        tokens = gen.sequences[0, ids.shape[1]:]
+        out.append(tokens.tolist())
+        logps.append([torch.log_softmax(step[0].float(), -1)[t].item() for step, t in zip(gen.logits, tokens)])
+    return (out, logps) if logprobs else out
 
 
 PRELUDE = """
@@ -91,6 +104,9 @@ def greedy(n):
 
 def tokens(outputs):
     return [list(o.outputs[0].token_ids) for o in outputs]
+
+def logprobs(outputs):
+    return [[step[t].logprob for step, t in zip(o.outputs[0].logprobs, o.outputs[0].token_ids)] for o in outputs]
 
 def result(value):
     print("RESULT " + json.dumps(value), flush=True)
@@ -127,6 +143,25 @@ def test_greedy_batch_equals_hf_cpu(models, name):
     assert out["tokens"] == hf_greedy(models[name], PROMPTS)
     assert out["ops"] > 0  # the counts did see the generate's device ops
     assert out["copy"] == {} and out["sync"] == {}
+
+
+@pytest.mark.parametrize("name", ["bloom", "gemma2-softcap"])
+def test_attention_variants_equal_hf_cpu(models, name):
+    """ALiBi (Bloom) and logit soft-capping (Gemma-2) in the neuron attention backend. Their effect
+    on a tiny random model's greedy tokens can be slight, so the tokens' log-probabilities are
+    compared too: without the cap they move by 1e-3 or more."""
+    out = run_vllm(f"""
+        llm = engine({models[name]!r})
+        outputs = llm.generate({PROMPTS!r}, SamplingParams(max_tokens={NEW_TOKENS}, min_tokens={NEW_TOKENS},
+                                                           temperature=0.0, logprobs=0))
+        result({{"tokens": tokens(outputs), "logprobs": logprobs(outputs)}})
+    """)
+    expected, expected_logprobs = hf_greedy(models[name], PROMPTS, logprobs=True)
+    assert out["tokens"] == expected
+    # vLLM's Bloom uses the exact GELU where HF's uses its tanh approximation: 5e-4 apart here
+    # (without the slopes, 0.15 and more).
+    atol = 2e-3 if name == "bloom" else 1e-4
+    assert torch.allclose(torch.tensor(out["logprobs"]), torch.tensor(expected_logprobs), atol=atol, rtol=0)
 
 
 def test_engine_starts_from_the_repository_root_with_cold_caches(models, tmp_path):
