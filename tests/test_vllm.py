@@ -176,6 +176,45 @@ def test_engine_starts_from_the_repository_root_with_cold_caches(models, tmp_pat
     assert os.listdir(tmp_path / "vllm-cache"), "vLLM cached nothing: the cold path did not run"
 
 
+SPAWN_WARNING = "We must use the `spawn` multiprocessing start method"
+
+
+def test_script_without_main_guard_forks_its_engine(models, tmp_path):
+    """A script that builds its LLM at module level: the parent has not used the device, so the
+    engine's process is forked (spawn would re-run the script in the child and fail in Python's
+    bootstrapping check)."""
+    script = tmp_path / "script.py"
+    script.write_text(PRELUDE + textwrap.dedent(f"""
+        import torch
+        llm = engine({models["llama"]!r})
+        result({{"tokens": tokens(llm.generate({PROMPTS[:2]!r}, greedy({NEW_TOKENS}))),
+                 "parent_initialized": torch.neuron.is_initialized()}})
+    """))
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_LOGGING_LEVEL": "INFO"}
+    env.pop("VLLM_WORKER_MULTIPROC_METHOD", None)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=tmp_path)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-6000:]
+    out = json.loads([line for line in proc.stdout.splitlines() if line.startswith("RESULT ")][-1][7:])
+    assert out["tokens"] == hf_greedy(models["llama"], PROMPTS[:2])
+    assert not out["parent_initialized"]
+    assert SPAWN_WARNING not in log
+
+
+def test_engine_spawns_with_a_warning_once_the_parent_used_the_device(models):
+    out = run_vllm(f"""
+        import torch
+        torch.ones(1, device="neuron").sum().item()
+        llm = engine({models["llama"]!r})
+        result({{"tokens": tokens(llm.generate({PROMPTS[:2]!r}, greedy({NEW_TOKENS}))),
+                 "method": os.environ.get("VLLM_WORKER_MULTIPROC_METHOD")}})
+    """, log=True, VLLM_ENABLE_V1_MULTIPROCESSING="1")
+    assert out["tokens"] == hf_greedy(models["llama"], PROMPTS[:2])
+    assert out["method"] == "spawn"
+    assert SPAWN_WARNING in out["log"] and "Reasons: the neuron device is initialized" in out["log"]
+
+
 def test_seeded_sampling_is_reproducible(models):
     out = run_vllm(f"""
         llm = engine({models["llama"]!r})

@@ -5,6 +5,7 @@ vLLM forwards any attribute a Platform lacks to `torch.<device_type>`, so `empty
 what is below is what vLLM's base class leaves abstract or decides for CUDA.
 """
 
+import functools
 import os
 
 import torch
@@ -16,6 +17,34 @@ logger = init_logger("vllm." + __name__)
 
 _PACKAGE = __name__.rpartition(".")[0]
 LOOPBACK = "127.0.0.1"
+
+
+def _maybe_force_spawn(vllm_maybe_force_spawn) -> None:
+    """vLLM's choice of start method before each process it starts, with the neuron device in the
+    place of CUDA: fork (vLLM's default) while this process has not used the device, spawn once it
+    has (a forked child cannot use a runtime its parent started). Fork lets a script that calls
+    `LLM(...)` at module level, without a `__main__` guard, start its engine."""
+    if os.environ.get("VLLM_WORKER_MULTIPROC_METHOD") != "spawn" and torch.neuron.is_initialized():
+        logger.warning(
+            "We must use the `spawn` multiprocessing start method. Overriding "
+            "VLLM_WORKER_MULTIPROC_METHOD to 'spawn'. See https://docs.vllm.ai/en/latest/usage/"
+            "troubleshooting.html#python-multiprocessing for more information. Reasons: the neuron "
+            "device is initialized"
+        )
+        os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
+    vllm_maybe_force_spawn()
+
+
+def _install_start_method_check() -> None:
+    """get_mp_context() looks `_maybe_force_spawn` up in its module at each call: every process vLLM
+    starts (engine core, workers, coordinator) passes through it. Installed when the config is
+    checked, as vLLM's utilities import the platform (a forked child inherits it; a spawned one
+    inherits VLLM_WORKER_MULTIPROC_METHOD=spawn)."""
+    import vllm.utils.system_utils as system_utils
+
+    current = system_utils._maybe_force_spawn
+    if not isinstance(current, functools.partial):
+        system_utils._maybe_force_spawn = functools.partial(_maybe_force_spawn, current)
 
 
 class NeuronPlatform(Platform):
@@ -40,9 +69,19 @@ class NeuronPlatform(Platform):
     def import_kernels(cls) -> None:
         """vLLM's compiled kernels (vllm._C) are CUDA builds; the neuron path uses none of them."""
 
+    @staticmethod
+    def _properties(device_id: int) -> dict:
+        """The device's description, read from the runtime's topology without starting the device
+        (torch.neuron.get_device_properties and mem_get_info start it): the engine's parent process
+        asks these before it starts the engine, and must stay untouched to fork it, as vLLM reads
+        a CUDA device's through NVML."""
+        from torch_neuronx import _C
+
+        return _C._device_properties(device_id)
+
     @classmethod
     def get_device_name(cls, device_id: int = 0) -> str:
-        return torch.neuron.get_device_name(device_id)
+        return cls._properties(device_id)["name"]
 
     @classmethod
     def get_device_uuid(cls, device_id: int = 0) -> str:
@@ -50,7 +89,7 @@ class NeuronPlatform(Platform):
 
     @classmethod
     def get_device_total_memory(cls, device_id: int = 0) -> int:
-        return torch.neuron.mem_get_info(device_id)[1]
+        return cls._properties(device_id)["total_memory"]
 
     @classmethod
     def set_device(cls, device: torch.device) -> None:
@@ -128,6 +167,4 @@ class NeuronPlatform(Platform):
         # Asynchronous scheduling overlaps steps with CUDA streams and events the runner creates
         # as torch.cuda objects; the neuron queue already runs a step's ops asynchronously.
         vllm_config.scheduler_config.async_scheduling = False
-        # The engine's process touches the device before it starts workers, and a forked child
-        # cannot re-initialise a runtime its parent started.
-        os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
+        _install_start_method_check()
