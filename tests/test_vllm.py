@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import httpx
@@ -369,37 +370,52 @@ def test_serve_defaults_to_loopback_and_host_still_opens_it():
         from vllm.entrypoints.launchers.cli_args import make_arg_parser
         from vllm.utils.argparse_utils import FlexibleArgumentParser
         parser = make_arg_parser(FlexibleArgumentParser())
-        result([parser.parse_args(["m"]).host, parser.parse_args(["m", "--host", "0.0.0.0"]).host])
+        result([parser.parse_args(["m"]).host, parser.parse_args(["m", "--host", "0.0.0.0"]).host,
+                parser.parse_args(["m"]).shutdown_timeout,
+                parser.parse_args(["m", "--shutdown-timeout", "0"]).shutdown_timeout])
     """)
-    assert out == ["127.0.0.1", "0.0.0.0"]
+    assert out == ["127.0.0.1", "0.0.0.0", 30, 0]
 
 
-def _vllm_cli():
-    return os.path.join(os.path.dirname(sys.executable), "vllm")
+def _vllm_cli() -> list[str]:
+    """The `vllm` command of this interpreter's environment (a layered virtual environment may
+    hold vLLM without its script)."""
+    script = os.path.join(os.path.dirname(sys.executable), "vllm")
+    if os.path.exists(script):
+        return [script]
+    return [sys.executable, "-c", "import sys; from vllm.entrypoints.cli.main import main; sys.exit(main())"]
+
+
+def _serve(path, tmp_path, *args, port_offset=0):
+    """`vllm serve` on `path` once it answers /health: (process, base URL)."""
+    port = 18000 + (os.getpid() + port_offset) % 2000
+    log = open(tmp_path / "serve.log", "w")
+    proc = subprocess.Popen(
+        [*_vllm_cli(), "serve", path, "--port", str(port), "--dtype", "float32",
+         "--max-model-len", "128", "--kv-cache-memory-bytes", str(32 << 20), "--seed", "0", *args],
+        cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"},
+        start_new_session=True,
+    )
+    log.close()
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while True:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            pytest.fail("vllm serve did not answer /health in 180 s: " + (tmp_path / "serve.log").read_text()[-5000:])
+        try:
+            if httpx.get(base + "/health", timeout=2).status_code == 200:
+                return proc, base
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
 
 
 @pytest.fixture
 def server(models, tmp_path):
-    port = 18000 + os.getpid() % 2000
-    log = open(tmp_path / "serve.log", "w")
-    proc = subprocess.Popen(
-        [_vllm_cli(), "serve", models["llama"], "--port", str(port), "--dtype", "float32",
-         "--max-model-len", "128", "--kv-cache-memory-bytes", str(32 << 20), "--enforce-eager", "--seed", "0"],
-        cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"},
-        start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
+    proc, base = _serve(models["llama"], tmp_path, "--enforce-eager")
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-5000:]
-            assert time.monotonic() < deadline, "vllm serve did not answer /health in 180 s"
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
         yield base
     finally:
         os.killpg(proc.pid, signal.SIGINT)
@@ -408,7 +424,6 @@ def server(models, tmp_path):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        log.close()
 
 
 def test_vllm_serve_openai_api(server, models):
@@ -444,3 +459,52 @@ def test_vllm_serve_openai_api(server, models):
     too_long = client.post("/v1/completions", json={**body, "prompt": "word " * 200})
     assert too_long.status_code == 400 and "maximum context length" in too_long.text
     assert client.post("/v1/completions", json=body).json()["choices"][0]["text"] == expected  # still serving
+
+
+def test_serve_sigterm_ends_open_streams(models, tmp_path):
+    """SIGTERM while streams are open: by the plugin's default --shutdown-timeout the engine
+    drains them, so every stream ends with its last token and [DONE], and the server exits."""
+    proc, base = _serve(models["llama"], tmp_path, "--enforce-eager", port_offset=1)
+    new_tokens, streams = 96, 6
+    started = threading.Barrier(streams + 1, timeout=120)
+    ends = [None] * streams
+
+    def stream(i):
+        body = {"model": models["llama"], "prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": new_tokens,
+                "min_tokens": new_tokens, "temperature": 0, "stream": True}
+        count, done, first = 0, False, True
+        try:
+            with httpx.stream("POST", base + "/v1/completions", json=body, timeout=120) as response:
+                for line in response.iter_lines():
+                    if line == "data: [DONE]":
+                        done = True
+                    elif line.startswith("data: "):
+                        count += 1
+                        if first:
+                            first = False
+                            started.wait()
+        except Exception as e:  # the stream was cut: recorded, asserted below
+            ends[i] = (count, done, repr(e), time.monotonic())
+            return
+        ends[i] = (count, done, None, time.monotonic())
+
+    threads = [threading.Thread(target=stream, args=(i,), daemon=True) for i in range(streams)]
+    try:
+        for t in threads:
+            t.start()
+        started.wait()
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        for t in threads:
+            t.join(timeout=90)
+        exit_code = proc.wait(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    log = (tmp_path / "serve.log").read_text()[-3000:]
+    assert all(end is not None for end in ends), log
+    for count, done, error, _ in ends:
+        assert error is None and done and count == new_tokens, (ends, log)
+    assert max(end[3] for end in ends) - signalled < 60
+    assert exit_code in (0, -signal.SIGTERM), log

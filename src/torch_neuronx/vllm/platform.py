@@ -17,6 +17,10 @@ logger = init_logger("vllm." + __name__)
 
 _PACKAGE = __name__.rpartition(".")[0]
 LOOPBACK = "127.0.0.1"
+# Seconds `vllm serve` lets in-flight requests finish after SIGTERM/SIGINT. vLLM's default, 0,
+# aborts them, and its API server then left open streams unanswered until each client's own
+# timeout (120 s with 16 streams); draining ends every stream, and the server exits once they end.
+SHUTDOWN_TIMEOUT = 30
 
 
 def _maybe_force_spawn(vllm_maybe_force_spawn) -> None:
@@ -60,10 +64,18 @@ class NeuronPlatform(Platform):
     def pre_register_and_update(cls, parser=None) -> None:
         # `vllm serve` binds every interface when --host is not given. A development server of a
         # device plugin answers on loopback unless told otherwise, as `nobs serve` does.
-        host = next((a for a in getattr(parser, "_actions", ()) if "--host" in a.option_strings), None)
+        actions = {name: a for a in getattr(parser, "_actions", ()) for name in a.option_strings}
+        host = actions.get("--host")
         if host is not None and host.default is None:
             host.default = LOOPBACK
             host.help = f"Host name (neuron: {LOOPBACK} unless given; --host 0.0.0.0 opens every interface)."
+        shutdown = actions.get("--shutdown-timeout")
+        if shutdown is not None and shutdown.default == 0:
+            shutdown.default = SHUTDOWN_TIMEOUT
+            shutdown.help = (
+                f"Seconds in-flight requests may finish after SIGTERM/SIGINT (neuron: {SHUTDOWN_TIMEOUT} unless "
+                "given; 0 aborts them)."
+            )
 
     @classmethod
     def import_kernels(cls) -> None:
