@@ -255,18 +255,35 @@ def test_chunked_prefill_equals_hf_cpu(models):
 
 
 def test_compiled_model_equals_hf_cpu(models):
-    """Without enforce_eager vLLM compiles the model once with Dynamo (backend "neuron", symbolic
-    token count); attention stays vLLM's custom op."""
+    """With TORCH_NEURONX_VLLM_COMPILE=1 and without enforce_eager, vLLM compiles the model once
+    with Dynamo (backend "neuron", symbolic token count; attention stays vLLM's custom op), and
+    every token-count bucket is compiled before the engine is ready: generating adds no program."""
     out = run_vllm(f"""
-        llm = engine({models["llama"]!r}, enforce_eager=False)
+        llm = engine({models["llama"]!r}, enforce_eager=False, max_num_batched_tokens=64)
         config = llm.llm_engine.vllm_config.compilation_config
+        ready = torch_neuronx.compile_stats()["programs"]
         outputs = llm.generate({PROMPTS!r}, greedy({NEW_TOKENS}))
         result({{"tokens": tokens(outputs), "backend": config.backend, "mode": int(config.mode),
-                 "programs": torch_neuronx.compile_stats()["programs"]}})
-    """)
+                 "ready": ready, "programs": torch_neuronx.compile_stats()["programs"]}})
+    """, log=True, TORCH_NEURONX_VLLM_COMPILE="1")
     assert out["backend"] == "neuron" and out["mode"] == 2  # CompilationMode.DYNAMO_TRACE_ONCE
-    assert out["programs"] > 0
+    assert "compiled or loaded the model's 7 token-count buckets (1, 2, 4, 8, 16, 32, 64)" in out["log"]
+    assert out["ready"] > 0 and out["programs"] == out["ready"]
     assert out["tokens"] == hf_greedy(models["llama"], PROMPTS)
+
+
+def test_model_runs_eagerly_by_default(models):
+    """Compiled serving is slower than eager so far: without TORCH_NEURONX_VLLM_COMPILE=1 the
+    plugin runs the model eagerly even where vLLM would compile it."""
+    out = run_vllm(f"""
+        llm = engine({models["llama"]!r}, enforce_eager=False)
+        config = llm.llm_engine.vllm_config
+        result({{"mode": int(config.compilation_config.mode), "eager": config.model_config.enforce_eager,
+                 "tokens": tokens(llm.generate({PROMPTS[:1]!r}, greedy(4)))}})
+    """, log=True)
+    assert out["mode"] == 0 and out["eager"]  # CompilationMode.NONE
+    assert "TORCH_NEURONX_VLLM_COMPILE=1 compiles it" in out["log"]
+    assert out["tokens"] == hf_greedy(models["llama"], PROMPTS[:1], 4)
 
 
 def test_tensor_parallel_2_equals_hf_cpu(models):

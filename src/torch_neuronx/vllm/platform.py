@@ -21,6 +21,9 @@ LOOPBACK = "127.0.0.1"
 # aborts them, and its API server then left open streams unanswered until each client's own
 # timeout (120 s with 16 streams); draining ends every stream, and the server exits once they end.
 SHUTDOWN_TIMEOUT = 30
+# Compiled serving was slower in steady state than eager (issue 40: 562-566 against 884-904 output
+# tokens/s, 32 prompts at unbounded rate), so models run eagerly unless this is "1".
+COMPILE_ENV = "TORCH_NEURONX_VLLM_COMPILE"
 
 
 def _maybe_force_spawn(vllm_maybe_force_spawn) -> None:
@@ -161,6 +164,14 @@ class NeuronPlatform(Platform):
         if parallel.worker_cls == "auto":
             parallel.worker_cls = f"{_PACKAGE}.worker.NeuronWorker"
         compilation = vllm_config.compilation_config
+        if compilation.mode != CompilationMode.NONE and os.environ.get(COMPILE_ENV) != "1":
+            logger.info(
+                "neuron: running the model eagerly (compiled serving is slower here so far); %s=1 compiles it",
+                COMPILE_ENV,
+            )
+            compilation.mode = CompilationMode.NONE
+            if model is not None:
+                model.enforce_eager = True
         if compilation.mode not in (CompilationMode.NONE, CompilationMode.DYNAMO_TRACE_ONCE):
             # vLLM's own compile mode splits graphs for CUDA graphs and runs Inductor's Triton
             # passes; on neuron the model compiles once with backend "neuron" and symbolic shapes.
