@@ -98,6 +98,8 @@ def run_vllm(path: str, eager: bool) -> dict:
 def worker(kind: str, path: str) -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    if kind == "vllm-compiled":
+        os.environ["TORCH_NEURONX_VLLM_COMPILE"] = "1"  # the plugin runs models eagerly unless asked
     result = run_hf(path) if kind == "hf" else run_vllm(path, eager=kind == "vllm-eager")
     print("RESULT " + json.dumps(result), flush=True)
 

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import httpx
@@ -52,6 +53,19 @@ def models(tmp_path_factory):
         "qwen2": transformers.Qwen2Config(**common, tie_word_embeddings=True),
         # A window shorter than the prompts: every layer attends to its last 8 tokens only.
         "mistral-window": transformers.MistralConfig(**common, sliding_window=8),
+        # MoE through vLLM's fused-MoE layer: 4 experts, 2 per token.
+        "mixtral": transformers.MixtralConfig(**common, num_local_experts=4, num_experts_per_tok=2),
+        "qwen3-moe": transformers.Qwen3MoeConfig(**common, num_experts=4, num_experts_per_tok=2, head_dim=32,
+                                                 moe_intermediate_size=64, norm_topk_prob=True),
+        # ALiBi instead of positions; a wider initialisation keeps its greedy tokens from repeating one.
+        "bloom": transformers.BloomConfig(
+            vocab_size=len(tokenizer), hidden_size=128, n_layer=2, n_head=4, initializer_range=0.2,
+            pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        ),
+        # Gemma-2's attention soft-capping, with a cap small enough to bend this model's scores (the
+        # default 50 leaves a randomly initialised model's unchanged), and its default final cap.
+        "gemma2-softcap": transformers.Gemma2Config(**common, head_dim=32, attn_logit_softcapping=0.02),
     }
     paths = {}
     for name, config in configs.items():
@@ -60,15 +74,19 @@ def models(tmp_path_factory):
     return paths
 
 
-def hf_greedy(path, prompts, new_tokens=NEW_TOKENS):
+def hf_greedy(path, prompts, new_tokens=NEW_TOKENS, logprobs=False):
+    """HF's greedy tokens per prompt; with logprobs=True also each token's log-probability."""
     tokenizer = transformers.AutoTokenizer.from_pretrained(path)
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    out = []
+    out, logps = [], []
     for prompt in prompts:
         ids = tokenizer(prompt, return_tensors="pt").input_ids
-        tokens = model.generate(ids, max_new_tokens=new_tokens, do_sample=False, min_new_tokens=new_tokens)
-        out.append(tokens[0, ids.shape[1]:].tolist())
-    return out
+        gen = model.generate(ids, max_new_tokens=new_tokens, do_sample=False, min_new_tokens=new_tokens,
+                             output_logits=True, return_dict_in_generate=True)
+        tokens = gen.sequences[0, ids.shape[1]:]
+        out.append(tokens.tolist())
+        logps.append([torch.log_softmax(step[0].float(), -1)[t].item() for step, t in zip(gen.logits, tokens)])
+    return (out, logps) if logprobs else out
 
 
 PRELUDE = """
@@ -87,6 +105,9 @@ def greedy(n):
 
 def tokens(outputs):
     return [list(o.outputs[0].token_ids) for o in outputs]
+
+def logprobs(outputs):
+    return [[step[t].logprob for step, t in zip(o.outputs[0].logprobs, o.outputs[0].token_ids)] for o in outputs]
 
 def result(value):
     print("RESULT " + json.dumps(value), flush=True)
@@ -107,7 +128,7 @@ def run_vllm(script: str, timeout: int = 300, log: bool = False, cwd: str | None
     return out
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen2", "mistral-window"])
+@pytest.mark.parametrize("name", ["llama", "qwen2", "mistral-window", "mixtral", "qwen3-moe"])
 def test_greedy_batch_equals_hf_cpu(models, name):
     out = run_vllm(f"""
         llm = engine({models[name]!r})
@@ -125,6 +146,25 @@ def test_greedy_batch_equals_hf_cpu(models, name):
     assert out["copy"] == {} and out["sync"] == {}
 
 
+@pytest.mark.parametrize("name", ["bloom", "gemma2-softcap"])
+def test_attention_variants_equal_hf_cpu(models, name):
+    """ALiBi (Bloom) and logit soft-capping (Gemma-2) in the neuron attention backend. Their effect
+    on a tiny random model's greedy tokens can be slight, so the tokens' log-probabilities are
+    compared too: without the cap they move by 1e-3 or more."""
+    out = run_vllm(f"""
+        llm = engine({models[name]!r})
+        outputs = llm.generate({PROMPTS!r}, SamplingParams(max_tokens={NEW_TOKENS}, min_tokens={NEW_TOKENS},
+                                                           temperature=0.0, logprobs=0))
+        result({{"tokens": tokens(outputs), "logprobs": logprobs(outputs)}})
+    """)
+    expected, expected_logprobs = hf_greedy(models[name], PROMPTS, logprobs=True)
+    assert out["tokens"] == expected
+    # vLLM's Bloom uses the exact GELU where HF's uses its tanh approximation: 5e-4 apart here
+    # (without the slopes, 0.15 and more).
+    atol = 2e-3 if name == "bloom" else 1e-4
+    assert torch.allclose(torch.tensor(out["logprobs"]), torch.tensor(expected_logprobs), atol=atol, rtol=0)
+
+
 def test_engine_starts_from_the_repository_root_with_cold_caches(models, tmp_path):
     """vLLM inspects each model class in a subprocess of its own (cached in VLLM_CACHE_ROOT): started
     in the repository root with nothing cached, that subprocess must import the installed package."""
@@ -135,6 +175,45 @@ def test_engine_starts_from_the_repository_root_with_cold_caches(models, tmp_pat
     """, cwd=repo, VLLM_CACHE_ROOT=str(tmp_path / "vllm-cache"))
     assert out["tokens"] == hf_greedy(models["llama"], PROMPTS[:2])
     assert os.listdir(tmp_path / "vllm-cache"), "vLLM cached nothing: the cold path did not run"
+
+
+SPAWN_WARNING = "We must use the `spawn` multiprocessing start method"
+
+
+def test_script_without_main_guard_forks_its_engine(models, tmp_path):
+    """A script that builds its LLM at module level: the parent has not used the device, so the
+    engine's process is forked (spawn would re-run the script in the child and fail in Python's
+    bootstrapping check)."""
+    script = tmp_path / "script.py"
+    script.write_text(PRELUDE + textwrap.dedent(f"""
+        import torch
+        llm = engine({models["llama"]!r})
+        result({{"tokens": tokens(llm.generate({PROMPTS[:2]!r}, greedy({NEW_TOKENS}))),
+                 "parent_initialized": torch.neuron.is_initialized()}})
+    """))
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_LOGGING_LEVEL": "INFO"}
+    env.pop("VLLM_WORKER_MULTIPROC_METHOD", None)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=tmp_path)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-6000:]
+    out = json.loads([line for line in proc.stdout.splitlines() if line.startswith("RESULT ")][-1][7:])
+    assert out["tokens"] == hf_greedy(models["llama"], PROMPTS[:2])
+    assert not out["parent_initialized"]
+    assert SPAWN_WARNING not in log
+
+
+def test_engine_spawns_with_a_warning_once_the_parent_used_the_device(models):
+    out = run_vllm(f"""
+        import torch
+        torch.ones(1, device="neuron").sum().item()
+        llm = engine({models["llama"]!r})
+        result({{"tokens": tokens(llm.generate({PROMPTS[:2]!r}, greedy({NEW_TOKENS}))),
+                 "method": os.environ.get("VLLM_WORKER_MULTIPROC_METHOD")}})
+    """, log=True, VLLM_ENABLE_V1_MULTIPROCESSING="1")
+    assert out["tokens"] == hf_greedy(models["llama"], PROMPTS[:2])
+    assert out["method"] == "spawn"
+    assert SPAWN_WARNING in out["log"] and "Reasons: the neuron device is initialized" in out["log"]
 
 
 def test_seeded_sampling_is_reproducible(models):
@@ -176,18 +255,35 @@ def test_chunked_prefill_equals_hf_cpu(models):
 
 
 def test_compiled_model_equals_hf_cpu(models):
-    """Without enforce_eager vLLM compiles the model once with Dynamo (backend "neuron", symbolic
-    token count); attention stays vLLM's custom op."""
+    """With TORCH_NEURONX_VLLM_COMPILE=1 and without enforce_eager, vLLM compiles the model once
+    with Dynamo (backend "neuron", symbolic token count; attention stays vLLM's custom op), and
+    every token-count bucket is compiled before the engine is ready: generating adds no program."""
     out = run_vllm(f"""
-        llm = engine({models["llama"]!r}, enforce_eager=False)
+        llm = engine({models["llama"]!r}, enforce_eager=False, max_num_batched_tokens=64)
         config = llm.llm_engine.vllm_config.compilation_config
+        ready = torch_neuronx.compile_stats()["programs"]
         outputs = llm.generate({PROMPTS!r}, greedy({NEW_TOKENS}))
         result({{"tokens": tokens(outputs), "backend": config.backend, "mode": int(config.mode),
-                 "programs": torch_neuronx.compile_stats()["programs"]}})
-    """)
+                 "ready": ready, "programs": torch_neuronx.compile_stats()["programs"]}})
+    """, log=True, TORCH_NEURONX_VLLM_COMPILE="1")
     assert out["backend"] == "neuron" and out["mode"] == 2  # CompilationMode.DYNAMO_TRACE_ONCE
-    assert out["programs"] > 0
+    assert "compiled or loaded the model's 7 token-count buckets (1, 2, 4, 8, 16, 32, 64)" in out["log"]
+    assert out["ready"] > 0 and out["programs"] == out["ready"]
     assert out["tokens"] == hf_greedy(models["llama"], PROMPTS)
+
+
+def test_model_runs_eagerly_by_default(models):
+    """Compiled serving is slower than eager so far: without TORCH_NEURONX_VLLM_COMPILE=1 the
+    plugin runs the model eagerly even where vLLM would compile it."""
+    out = run_vllm(f"""
+        llm = engine({models["llama"]!r}, enforce_eager=False)
+        config = llm.llm_engine.vllm_config
+        result({{"mode": int(config.compilation_config.mode), "eager": config.model_config.enforce_eager,
+                 "tokens": tokens(llm.generate({PROMPTS[:1]!r}, greedy(4)))}})
+    """, log=True)
+    assert out["mode"] == 0 and out["eager"]  # CompilationMode.NONE
+    assert "TORCH_NEURONX_VLLM_COMPILE=1 compiles it" in out["log"]
+    assert out["tokens"] == hf_greedy(models["llama"], PROMPTS[:1], 4)
 
 
 def test_tensor_parallel_2_equals_hf_cpu(models):
@@ -291,37 +387,52 @@ def test_serve_defaults_to_loopback_and_host_still_opens_it():
         from vllm.entrypoints.launchers.cli_args import make_arg_parser
         from vllm.utils.argparse_utils import FlexibleArgumentParser
         parser = make_arg_parser(FlexibleArgumentParser())
-        result([parser.parse_args(["m"]).host, parser.parse_args(["m", "--host", "0.0.0.0"]).host])
+        result([parser.parse_args(["m"]).host, parser.parse_args(["m", "--host", "0.0.0.0"]).host,
+                parser.parse_args(["m"]).shutdown_timeout,
+                parser.parse_args(["m", "--shutdown-timeout", "0"]).shutdown_timeout])
     """)
-    assert out == ["127.0.0.1", "0.0.0.0"]
+    assert out == ["127.0.0.1", "0.0.0.0", 30, 0]
 
 
-def _vllm_cli():
-    return os.path.join(os.path.dirname(sys.executable), "vllm")
+def _vllm_cli() -> list[str]:
+    """The `vllm` command of this interpreter's environment (a layered virtual environment may
+    hold vLLM without its script)."""
+    script = os.path.join(os.path.dirname(sys.executable), "vllm")
+    if os.path.exists(script):
+        return [script]
+    return [sys.executable, "-c", "import sys; from vllm.entrypoints.cli.main import main; sys.exit(main())"]
+
+
+def _serve(path, tmp_path, *args, port_offset=0):
+    """`vllm serve` on `path` once it answers /health: (process, base URL)."""
+    port = 18000 + (os.getpid() + port_offset) % 2000
+    log = open(tmp_path / "serve.log", "w")
+    proc = subprocess.Popen(
+        [*_vllm_cli(), "serve", path, "--port", str(port), "--dtype", "float32",
+         "--max-model-len", "128", "--kv-cache-memory-bytes", str(32 << 20), "--seed", "0", *args],
+        cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"},
+        start_new_session=True,
+    )
+    log.close()
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while True:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            pytest.fail("vllm serve did not answer /health in 180 s: " + (tmp_path / "serve.log").read_text()[-5000:])
+        try:
+            if httpx.get(base + "/health", timeout=2).status_code == 200:
+                return proc, base
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
 
 
 @pytest.fixture
 def server(models, tmp_path):
-    port = 18000 + os.getpid() % 2000
-    log = open(tmp_path / "serve.log", "w")
-    proc = subprocess.Popen(
-        [_vllm_cli(), "serve", models["llama"], "--port", str(port), "--dtype", "float32",
-         "--max-model-len", "128", "--kv-cache-memory-bytes", str(32 << 20), "--enforce-eager", "--seed", "0"],
-        cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"},
-        start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
+    proc, base = _serve(models["llama"], tmp_path, "--enforce-eager")
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-5000:]
-            assert time.monotonic() < deadline, "vllm serve did not answer /health in 180 s"
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
         yield base
     finally:
         os.killpg(proc.pid, signal.SIGINT)
@@ -330,7 +441,6 @@ def server(models, tmp_path):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        log.close()
 
 
 def test_vllm_serve_openai_api(server, models):
@@ -366,3 +476,52 @@ def test_vllm_serve_openai_api(server, models):
     too_long = client.post("/v1/completions", json={**body, "prompt": "word " * 200})
     assert too_long.status_code == 400 and "maximum context length" in too_long.text
     assert client.post("/v1/completions", json=body).json()["choices"][0]["text"] == expected  # still serving
+
+
+def test_serve_sigterm_ends_open_streams(models, tmp_path):
+    """SIGTERM while streams are open: by the plugin's default --shutdown-timeout the engine
+    drains them, so every stream ends with its last token and [DONE], and the server exits."""
+    proc, base = _serve(models["llama"], tmp_path, "--enforce-eager", port_offset=1)
+    new_tokens, streams = 96, 6
+    started = threading.Barrier(streams + 1, timeout=120)
+    ends = [None] * streams
+
+    def stream(i):
+        body = {"model": models["llama"], "prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": new_tokens,
+                "min_tokens": new_tokens, "temperature": 0, "stream": True}
+        count, done, first = 0, False, True
+        try:
+            with httpx.stream("POST", base + "/v1/completions", json=body, timeout=120) as response:
+                for line in response.iter_lines():
+                    if line == "data: [DONE]":
+                        done = True
+                    elif line.startswith("data: "):
+                        count += 1
+                        if first:
+                            first = False
+                            started.wait()
+        except Exception as e:  # the stream was cut: recorded, asserted below
+            ends[i] = (count, done, repr(e), time.monotonic())
+            return
+        ends[i] = (count, done, None, time.monotonic())
+
+    threads = [threading.Thread(target=stream, args=(i,), daemon=True) for i in range(streams)]
+    try:
+        for t in threads:
+            t.start()
+        started.wait()
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        for t in threads:
+            t.join(timeout=90)
+        exit_code = proc.wait(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    log = (tmp_path / "serve.log").read_text()[-3000:]
+    assert all(end is not None for end in ends), log
+    for count, done, error, _ in ends:
+        assert error is None and done and count == new_tokens, (ends, log)
+    assert max(end[3] for end in ends) - signalled < 60
+    assert exit_code in (0, -signal.SIGTERM), log

@@ -1,5 +1,6 @@
 """Paged attention for vLLM in neuron ops: the KV cache in blocks, block tables per request,
-prefill (chunked, with cached prefixes) and decode, grouped-query attention, sliding windows.
+prefill (chunked, with cached prefixes) and decode, grouped-query attention, sliding windows,
+ALiBi (Bloom) and logit soft-capping (Gemma-2).
 
 Each layer's KV tensor is vLLM's logical [blocks, kv_heads, block_size, 2 * head_size] stored in
 LBNHC order, so `kv.transpose(1, 2)` is a contiguous [blocks, block_size, kv_heads, 2 * head_size]:
@@ -65,8 +66,8 @@ class NeuronAttentionMetadata:
     decode_positions: torch.Tensor | None  # [decodes, 1] on the device
     # The others, one by one: (first query token, query tokens, sequence length, its blocks [1, b]).
     prefills: list[tuple[int, int, int, torch.Tensor]]
-    # The attention masks (decodes first, then each prefill's) by sliding window, made by the first
-    # layer with that window and reused by the others.
+    # The attention masks (decodes first, then each prefill's) by sliding window and ALiBi slopes,
+    # made by the first layer with them and reused by the others.
     masks: dict = field(default_factory=dict)
 
 
@@ -113,19 +114,19 @@ class NeuronAttentionImpl(AttentionImpl):
         kv_sharing_target_layer_name=None,
         sinks=None,
     ):
-        unsupported = {
-            "ALiBi": alibi_slopes is not None,
-            "logits soft-capping": bool(logits_soft_cap),
-            "attention sinks": sinks is not None,
-        }
-        for name, used in unsupported.items():
-            if used:
-                raise NotImplementedError(f"neuron: vLLM attention with {name} is not supported yet")
+        if sinks is not None:
+            raise NotImplementedError("neuron: vLLM attention with attention sinks is not supported yet")
         self.num_heads = num_heads
         self.head_size = head_size
         self.scale = float(scale)
         self.num_kv_heads = num_kv_heads
         self.sliding_window = sliding_window  # None, or how many tokens a query sees, itself included
+        # One slope per local head (the model slices them for tensor parallelism); as a tuple, the
+        # key of this layer's masks in the step's metadata, shared by layers with the same slopes.
+        self.alibi_slopes = None if alibi_slopes is None else tuple(float(x) for x in alibi_slopes)
+        if self.alibi_slopes is not None and len(self.alibi_slopes) != num_heads:
+            raise ValueError(f"neuron: {len(self.alibi_slopes)} ALiBi slopes for {num_heads} attention heads")
+        self.logits_soft_cap = float(logits_soft_cap) if logits_soft_cap else None
 
     def _tokens(self, kv_cache: torch.Tensor) -> torch.Tensor:
         """[blocks * block_size, kv_heads, 2 * head_size]: row s is KV slot s."""
@@ -139,27 +140,52 @@ class NeuronAttentionImpl(AttentionImpl):
         self._tokens(kv_cache).index_copy_(0, slots, rows)
 
     def _mask(self, query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
+        """Which keys each query sees ([..., queries, keys], bool); with ALiBi, the additive bias
+        [..., heads, queries, keys] instead: slope * (key - query) where seen, -inf elsewhere."""
         visible = key_pos <= query_pos
         if self.sliding_window:
             visible = visible & (key_pos > query_pos - self.sliding_window)
-        return visible
+        if self.alibi_slopes is None:
+            return visible
+        slopes = torch.tensor(self.alibi_slopes, dtype=torch.float32, device=key_pos.device)[:, None, None]
+        distance = (key_pos - query_pos).float()[..., None, :, :]
+        bias = slopes * distance
+        return bias.masked_fill(~visible[..., None, :, :], float("-inf"))
 
     def _masks(self, meta: NeuronAttentionMetadata, block_size: int) -> list[torch.Tensor]:
         """The decodes' mask [decodes, 1, 1, keys], then each prefill's [1, 1, queries, keys]."""
         out = []
         if meta.num_decodes:
             keys = torch.arange(meta.decode_blocks.shape[1] * block_size, device=meta.decode_blocks.device)
-            out.append(self._mask(meta.decode_positions, keys)[:, None, None, :])
+            # [decodes, 1, 1, keys], or [decodes, heads, 1, keys] with ALiBi
+            mask = self._mask(meta.decode_positions[:, None, :], keys[None, None, :])
+            out.append(mask[:, None] if mask.dim() == 3 else mask)
         for _, q_len, seq_len, blocks in meta.prefills:
             keys = torch.arange(seq_len, device=blocks.device)
-            out.append(self._mask(keys[seq_len - q_len :, None], keys)[None, None])
+            mask = self._mask(keys[seq_len - q_len :, None], keys)
+            out.append(mask[None, None] if mask.dim() == 2 else mask[None])
         return out
 
     def _attend(self, q, k, v, mask) -> torch.Tensor:
-        """q [n, heads, q_len, d], k and v [n, kv_heads, k_len, d], mask [n, 1, q_len, k_len]."""
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=self.num_heads != self.num_kv_heads
-        )
+        """q [n, heads, q_len, d], k and v [n, kv_heads, k_len, d], mask [n, 1 or heads, q_len,
+        k_len] (bool, or float with ALiBi)."""
+        if mask.dtype != torch.bool:
+            mask = mask.to(q.dtype)
+        if self.logits_soft_cap is None:
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=self.num_heads != self.num_kv_heads
+            )
+        # Soft-capping bends the scores before the mask and softmax, which SDPA cannot express.
+        if self.num_heads != self.num_kv_heads:
+            k = k.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)
+            v = v.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.scale
+        scores = torch.tanh(scores / self.logits_soft_cap) * self.logits_soft_cap
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores + mask
+        return torch.matmul(scores.float().softmax(-1).to(v.dtype), v)
 
     def _gather(self, kv_cache, blocks) -> tuple[torch.Tensor, torch.Tensor]:
         """The keys and values of `blocks` ([n, b], int64) as [n, kv_heads, b * block_size, d]."""
@@ -187,9 +213,10 @@ class NeuronAttentionImpl(AttentionImpl):
         block_size = kv_cache.shape[2]
         if output.shape[0] > meta.num_actual_tokens:  # a compiled step's padding tokens
             output[meta.num_actual_tokens :].zero_()
-        masks = meta.masks.get(self.sliding_window)
+        key = (self.sliding_window, self.alibi_slopes)
+        masks = meta.masks.get(key)
         if masks is None:
-            masks = meta.masks[self.sliding_window] = self._masks(meta, block_size)
+            masks = meta.masks[key] = self._masks(meta, block_size)
         if meta.num_decodes:
             n = meta.num_decodes
             k, v = self._gather(kv_cache, meta.decode_blocks)

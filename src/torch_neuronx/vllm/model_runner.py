@@ -12,6 +12,8 @@ from vllm.config import CompilationMode
 from vllm.v1.attention.backends.utils import PAD_SLOT_ID
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
+from . import moe  # noqa: F401  (registers the neuron fused-MoE method before models are built)
+
 
 class _SlotMapping:
     """Stands in for block_table's Triton kernel, with its call signature: the KV-cache slot of

@@ -5,6 +5,7 @@ vLLM forwards any attribute a Platform lacks to `torch.<device_type>`, so `empty
 what is below is what vLLM's base class leaves abstract or decides for CUDA.
 """
 
+import functools
 import os
 
 import torch
@@ -16,6 +17,41 @@ logger = init_logger("vllm." + __name__)
 
 _PACKAGE = __name__.rpartition(".")[0]
 LOOPBACK = "127.0.0.1"
+# Seconds `vllm serve` lets in-flight requests finish after SIGTERM/SIGINT. vLLM's default, 0,
+# aborts them, and its API server then left open streams unanswered until each client's own
+# timeout (120 s with 16 streams); draining ends every stream, and the server exits once they end.
+SHUTDOWN_TIMEOUT = 30
+# Compiled serving was slower in steady state than eager (issue 40: 562-566 against 884-904 output
+# tokens/s, 32 prompts at unbounded rate), so models run eagerly unless this is "1".
+COMPILE_ENV = "TORCH_NEURONX_VLLM_COMPILE"
+
+
+def _maybe_force_spawn(vllm_maybe_force_spawn) -> None:
+    """vLLM's choice of start method before each process it starts, with the neuron device in the
+    place of CUDA: fork (vLLM's default) while this process has not used the device, spawn once it
+    has (a forked child cannot use a runtime its parent started). Fork lets a script that calls
+    `LLM(...)` at module level, without a `__main__` guard, start its engine."""
+    if os.environ.get("VLLM_WORKER_MULTIPROC_METHOD") != "spawn" and torch.neuron.is_initialized():
+        logger.warning(
+            "We must use the `spawn` multiprocessing start method. Overriding "
+            "VLLM_WORKER_MULTIPROC_METHOD to 'spawn'. See https://docs.vllm.ai/en/latest/usage/"
+            "troubleshooting.html#python-multiprocessing for more information. Reasons: the neuron "
+            "device is initialized"
+        )
+        os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
+    vllm_maybe_force_spawn()
+
+
+def _install_start_method_check() -> None:
+    """get_mp_context() looks `_maybe_force_spawn` up in its module at each call: every process vLLM
+    starts (engine core, workers, coordinator) passes through it. Installed when the config is
+    checked, as vLLM's utilities import the platform (a forked child inherits it; a spawned one
+    inherits VLLM_WORKER_MULTIPROC_METHOD=spawn)."""
+    import vllm.utils.system_utils as system_utils
+
+    current = system_utils._maybe_force_spawn
+    if not isinstance(current, functools.partial):
+        system_utils._maybe_force_spawn = functools.partial(_maybe_force_spawn, current)
 
 
 class NeuronPlatform(Platform):
@@ -31,18 +67,36 @@ class NeuronPlatform(Platform):
     def pre_register_and_update(cls, parser=None) -> None:
         # `vllm serve` binds every interface when --host is not given. A development server of a
         # device plugin answers on loopback unless told otherwise, as `nobs serve` does.
-        host = next((a for a in getattr(parser, "_actions", ()) if "--host" in a.option_strings), None)
+        actions = {name: a for a in getattr(parser, "_actions", ()) for name in a.option_strings}
+        host = actions.get("--host")
         if host is not None and host.default is None:
             host.default = LOOPBACK
             host.help = f"Host name (neuron: {LOOPBACK} unless given; --host 0.0.0.0 opens every interface)."
+        shutdown = actions.get("--shutdown-timeout")
+        if shutdown is not None and shutdown.default == 0:
+            shutdown.default = SHUTDOWN_TIMEOUT
+            shutdown.help = (
+                f"Seconds in-flight requests may finish after SIGTERM/SIGINT (neuron: {SHUTDOWN_TIMEOUT} unless "
+                "given; 0 aborts them)."
+            )
 
     @classmethod
     def import_kernels(cls) -> None:
         """vLLM's compiled kernels (vllm._C) are CUDA builds; the neuron path uses none of them."""
 
+    @staticmethod
+    def _properties(device_id: int) -> dict:
+        """The device's description, read from the runtime's topology without starting the device
+        (torch.neuron.get_device_properties and mem_get_info start it): the engine's parent process
+        asks these before it starts the engine, and must stay untouched to fork it, as vLLM reads
+        a CUDA device's through NVML."""
+        from torch_neuronx import _C
+
+        return _C._device_properties(device_id)
+
     @classmethod
     def get_device_name(cls, device_id: int = 0) -> str:
-        return torch.neuron.get_device_name(device_id)
+        return cls._properties(device_id)["name"]
 
     @classmethod
     def get_device_uuid(cls, device_id: int = 0) -> str:
@@ -50,7 +104,7 @@ class NeuronPlatform(Platform):
 
     @classmethod
     def get_device_total_memory(cls, device_id: int = 0) -> int:
-        return torch.neuron.mem_get_info(device_id)[1]
+        return cls._properties(device_id)["total_memory"]
 
     @classmethod
     def set_device(cls, device: torch.device) -> None:
@@ -110,6 +164,14 @@ class NeuronPlatform(Platform):
         if parallel.worker_cls == "auto":
             parallel.worker_cls = f"{_PACKAGE}.worker.NeuronWorker"
         compilation = vllm_config.compilation_config
+        if compilation.mode != CompilationMode.NONE and os.environ.get(COMPILE_ENV) != "1":
+            logger.info(
+                "neuron: running the model eagerly (compiled serving is slower here so far); %s=1 compiles it",
+                COMPILE_ENV,
+            )
+            compilation.mode = CompilationMode.NONE
+            if model is not None:
+                model.enforce_eager = True
         if compilation.mode not in (CompilationMode.NONE, CompilationMode.DYNAMO_TRACE_ONCE):
             # vLLM's own compile mode splits graphs for CUDA graphs and runs Inductor's Triton
             # passes; on neuron the model compiles once with backend "neuron" and symbolic shapes.
@@ -128,6 +190,4 @@ class NeuronPlatform(Platform):
         # Asynchronous scheduling overlaps steps with CUDA streams and events the runner creates
         # as torch.cuda objects; the neuron queue already runs a step's ops asynchronously.
         vllm_config.scheduler_config.async_scheduling = False
-        # The engine's process touches the device before it starts workers, and a forked child
-        # cannot re-initialise a runtime its parent started.
-        os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
+        _install_start_method_check()

@@ -2,6 +2,7 @@
 no CUDA-only warm-ups."""
 
 import gc
+import time
 from contextlib import nullcontext
 from unittest import mock
 
@@ -72,4 +73,24 @@ class NeuronWorker(gpu_worker.Worker):
         # vLLM's kernel warm-up compiles Triton kernels and imports torchvision-based models'
         # modules; neither exists on neuron. Everything else in the warm-up runs.
         with mock.patch.object(gpu_worker, "kernel_warmup", lambda worker, **kwargs: None):
-            return super().compile_or_warm_up_model()
+            times = super().compile_or_warm_up_model()
+        if self.model_runner.pad_to_buckets:
+            self._compile_buckets()
+        return times
+
+    def _compile_buckets(self) -> None:
+        """Every token-count bucket a compiled model can meet, compiled (or loaded from the cache)
+        now, before the server reports ready: otherwise the first requests to reach each bucket
+        wait for its compile."""
+        runner = self.model_runner
+        sizes = sorted({min(1 << i, runner.max_num_tokens) for i in range(runner.max_num_tokens.bit_length() + 1)})
+        start = time.perf_counter()
+        for size in sizes:
+            runner._dummy_run(size, skip_eplb=True, remove_lora=False)
+        torch.neuron.synchronize()
+        logger.info(
+            "neuron: compiled or loaded the model's %d token-count buckets (%s) in %.1f s",
+            len(sizes),
+            ", ".join(map(str, sizes)),
+            time.perf_counter() - start,
+        )
