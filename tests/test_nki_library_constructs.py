@@ -278,3 +278,35 @@ def vector_offset_kernel(x):
     idx = nl.ndarray((4, 1), dtype=nl.int32, buffer=nl.sbuf)
     nisa.memset(dst=idx, value=0)
     return x.ap([[8, 4], [1, 8]], vector_offset=idx, indirect_dim=0)
+
+
+@nki.jit
+def strided_columns(x, groups_of, use_every_pattern):
+    # output_projection_tkg's loop: patterns are built for whole groups of columns, and the instruction
+    # is skipped for the padding of the last group, whose pattern runs past the tile.
+    p, f = x.shape
+    n = f // 8
+    t = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    out = nl.ndarray((p, n, 8), dtype=x.dtype, buffer=nl.sbuf)
+    for group in nl.affine_range(-(-n // groups_of)):
+        for j in nl.affine_range(groups_of):
+            col = group * groups_of + j
+            column = t.ap([[f, p], [n, 8]], offset=col)  # elements col, col + n, ... of each partition
+            if col < n or use_every_pattern:
+                nisa.tensor_copy(dst=out[:, col % n, :], src=column)
+    res = nl.ndarray((p, n, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=res, src=out)
+    return res
+
+
+def test_a_pattern_past_the_tile_may_be_built_and_not_used():
+    x = torch.randn(16, 24)
+    got = both(strided_columns, x, 2, False)
+    assert torch.equal(got, x.reshape(16, 8, 3).permute(0, 2, 1))
+
+
+def test_an_instruction_on_a_pattern_past_the_tile_names_both_lines():
+    with pytest.raises(NkiValidationError, match=r"nisa.tensor_copy: access pattern: .*reaches element 24 .*"
+                                                 r"\n  \(the pattern built at .*column = t.ap.*\n  at .*tensor_copy"):
+        nki.simulate(strided_columns)(torch.randn(16, 24), 2, True)

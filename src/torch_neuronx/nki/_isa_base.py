@@ -137,7 +137,8 @@ def _column(x, like, what, ins):
     check(x.shape[0] == like.shape[0] and x.free_size == 1, "shape",
           f"{what} must be a scalar or a [{like.shape[0]}, 1] tile, got {tuple(x.shape)}", ins)
     n = like.ndim
-    return NkiTensor(x.storage, (x.shape[0],) + (1,) * (n - 1), (x.strides[0],) + (1,) * (n - 1), x.offset, x.dtype)
+    return NkiTensor(x.storage, (x.shape[0],) + (1,) * (n - 1), (x.strides[0],) + (1,) * (n - 1), x.offset, x.dtype,
+                     invalid=x.invalid)
 
 
 def _is_int(t):

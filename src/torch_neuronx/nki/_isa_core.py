@@ -74,7 +74,7 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=None, oob_mode=No
     check(axes == want, "axes", f"axes {axes} for a {src.ndim}-d tile; the DMA engine transposes only {want}", ins)
     check(dst.dtype == src.dtype, "dtype", f"dst {dst.dtype} and src {src.dtype}: a DMA transpose does not cast", ins)
     view = NkiTensor(src.storage, [src.shape[a] for a in axes], [src.strides[a] for a in axes], src.offset,
-                     src.dtype)
+                     src.dtype, invalid=src.invalid)
     check(tuple(dst.shape) == tuple(view.shape), "shape",
           f"dst {tuple(dst.shape)} is not src {tuple(src.shape)} transposed by {axes} ({tuple(view.shape)})", ins)
     if dge_mode is not None and getattr(dge_mode, "name", "") == "hwdge":

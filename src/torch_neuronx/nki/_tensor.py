@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from ._errors import NkiTraceError, NkiValidationError, fail
+from ._errors import NkiTraceError, NkiValidationError, fail, kernel_line
 
 SBUF, PSUM, HBM, SHARED_HBM = "sbuf", "psum", "hbm", "shared_hbm"
 ON_CHIP = (SBUF, PSUM)
@@ -104,9 +104,9 @@ class Index:
 
 
 class NkiTensor:
-    __slots__ = ("storage", "dtype", "shape", "strides", "offset", "dynamic")
+    __slots__ = ("storage", "dtype", "shape", "strides", "offset", "dynamic", "invalid")
 
-    def __init__(self, storage, shape=None, strides=None, offset=0, dtype=None, dynamic=None):
+    def __init__(self, storage, shape=None, strides=None, offset=0, dtype=None, dynamic=None, invalid=None):
         self.storage = storage
         self.dtype = dtype or storage.dtype
         self.shape = tuple(storage.shape if shape is None else shape)
@@ -115,6 +115,10 @@ class NkiTensor:
         # (index tile, step): the view moves by step x the integer the tile holds when the program
         # runs (`ap(scalar_offset=)`); None for a view fixed at trace time.
         self.dynamic = dynamic
+        # The broken rule of an access pattern that reaches outside its tensor: building one is allowed
+        # (kernels build a pattern per loop step and skip the instruction where it would overrun, as
+        # output_projection_tkg does); an instruction that reads or writes it raises this (Trace.emit).
+        self.invalid = invalid
 
     # --- what kernels read -------------------------------------------------------------------
     buffer = property(lambda self: self.storage.buffer)
@@ -177,7 +181,8 @@ class NkiTensor:
         keep = [d for d in range(len(shape)) if d not in dropped or (self.on_chip and d == 0)]
         if self.on_chip and len(keep) < 2:
             keep = sorted(set(keep) | {len(shape) - 1})
-        return NkiTensor(self.storage, [shape[d] for d in keep], [strides[d] for d in keep], offset, self.dtype)
+        return NkiTensor(self.storage, [shape[d] for d in keep], [strides[d] for d in keep], offset, self.dtype,
+                         invalid=self.invalid)
 
     # --- NKI's view methods ---------------------------------------------------------------------
     # Each returns a new (shape, strides, offset, dtype) over the same storage; nothing is copied.
@@ -189,7 +194,7 @@ class NkiTensor:
             raise NotImplementedError(f"nki: reinterpreting {self}, whose offset is read at run time, as {dtype} is "
                                       f"not supported yet (the offset counts elements of {self.dtype})")
         return NkiTensor(self.storage, shape, strides, self.offset if offset is None else offset,
-                         dtype or self.dtype, self.dynamic)
+                         dtype or self.dtype, self.dynamic, self.invalid)
 
     def _dim(self, dim, what, ndim=None) -> int:
         ndim = self.ndim if ndim is None else ndim
@@ -238,16 +243,19 @@ class NkiTensor:
             fail(rule, f"{self} starts at byte {start_bytes}, not a multiple of {dtype}'s {dtype.itemsize} bytes")
         base = start_bytes // dtype.itemsize + offset
         steps, nums = [s for s, _ in pairs], [n for _, n in pairs]
+        invalid = None
         if self.on_chip:
-            self._check_on_chip_pattern(steps, nums, base, dtype, pattern)
+            invalid = self._check_on_chip_pattern(steps, nums, base, dtype, pattern)
         else:
             total = self.storage.partition_bytes * self.storage.shape[0] // dtype.itemsize \
                 if self.storage.shape else 1
             last = base + sum(s * (n - 1) for s, n in zip(steps, nums))  # steps are >= 0
             if base < 0 or last >= total:
-                fail(rule, f"pattern {pattern!r} at offset {offset} reaches element {base if base < 0 else last} "
+                invalid = (f"pattern {pattern!r} at offset {offset} reaches element {base if base < 0 else last} "
                            f"of {self}, which holds {total} elements of {dtype}")
         view = self._view(nums, steps, base, dtype)
+        if invalid:
+            view.invalid = f"{rule}: {invalid}\n  (the pattern built at {kernel_line()})"
         return view if scalar_offset is None else view._offset_by(scalar_offset, indirect_dim, pattern)
 
     def _offset_by(self, index, dim, pattern) -> "NkiTensor":
@@ -267,7 +275,8 @@ class NkiTensor:
         if not index.on_chip or index.size != 1 or index.dtype.is_floating_point or index.dtype == torch.bool:
             fail(rule, f"scalar_offset must be one integer element in SBUF, got {index}")
         dim = self._dim(dim, rule)
-        return NkiTensor(self.storage, self.shape, self.strides, self.offset, self.dtype, (index, self.strides[dim]))
+        return NkiTensor(self.storage, self.shape, self.strides, self.offset, self.dtype, (index, self.strides[dim]),
+                         self.invalid)
 
     def _check_on_chip_pattern(self, steps, nums, base, dtype, pattern):
         rule, st = "access pattern", self.storage
@@ -281,12 +290,13 @@ class NkiTensor:
                        f"first pair")
         p0, f0 = divmod(base, free)
         if p0 + nums[0] > st.shape[0]:
-            fail(rule, f"pattern {pattern!r} reads partitions {p0}..{p0 + nums[0] - 1} of {self}, which has "
-                       f"{st.shape[0]} partitions")
+            return (f"pattern {pattern!r} reads partitions {p0}..{p0 + nums[0] - 1} of {self}, which has "
+                    f"{st.shape[0]} partitions")
         last = f0 + sum(s * (n - 1) for s, n in zip(steps[1:], nums[1:]))
-        if base < 0 or last >= free:
-            fail(rule, f"pattern {pattern!r} reaches element {f0 if base < 0 else last} of a partition of {self}, "
-                       f"whose partitions hold {free} elements of {dtype}")
+        if base < 0 or last >= free:  # the caller defers this one to the instruction using the view
+            return (f"pattern {pattern!r} reaches element {f0 if base < 0 else last} of a partition of {self}, "
+                    f"whose partitions hold {free} elements of {dtype}")
+        return None
 
     def slice(self, dim, start, end, step=1) -> "NkiTensor":
         """Elements start:end:step of dimension `dim` (as `t[..., start:end:step, ...]`)."""
@@ -407,7 +417,7 @@ class NkiTensor:
         if self.on_chip and dims[0] != 0:
             fail("permute", f"permuting on-chip {self} would move its partition dimension")
         return NkiTensor(self.storage, [self.shape[d] for d in dims], [self.strides[d] for d in dims], self.offset,
-                         self.dtype)
+                         self.dtype, invalid=self.invalid)
 
     def broadcast(self, dim, size):
         if self.shape[dim] != 1:
@@ -417,7 +427,7 @@ class NkiTensor:
                               f"partition (broadcast the HBM tensor)")
         shape, strides = list(self.shape), list(self.strides)
         shape[dim], strides[dim] = size, 0
-        return NkiTensor(self.storage, shape, strides, self.offset, self.dtype)
+        return NkiTensor(self.storage, shape, strides, self.offset, self.dtype, invalid=self.invalid)
 
     def broadcast_to(self, shape):
         out = self

@@ -154,6 +154,9 @@ class Trace:
 
     # --- instructions -------------------------------------------------------------------------
     def emit(self, name, engine, *, reads, writes, steps, cycles=0, dma=None, flops=0) -> Instr:
+        for t in reads + writes:
+            if isinstance(t, NkiTensor) and t.invalid:
+                raise NkiValidationError(f"nki: nisa.{name}: {t.invalid}\n  at {kernel_line()}")
         if name != "dma_copy" and any(isinstance(t, NkiTensor) and t.dynamic is not None for t in reads + writes):
             raise NkiTraceError(f"nki: nisa.{name} on an access pattern with a run-time offset (scalar_offset=) is "
                                 f"not supported yet; load it with nisa.dma_copy\n  at {kernel_line()}")

@@ -434,7 +434,7 @@ def broadcast_to(x, shape, dtype=None):
     if shape == tuple(x.shape) and (dtype is None or dtype == x.dtype):
         return x
     strides = tuple(0 if m == 1 and n != 1 else s for n, m, s in zip(shape, x.shape, x.strides))
-    view = NkiTensor(x.storage, shape, strides, x.offset, x.dtype)
+    view = NkiTensor(x.storage, shape, strides, x.offset, x.dtype, invalid=x.invalid)
     out = _tile_for(shape, dtype or x.dtype)
     if shape[0] != x.shape[0] or x.buffer != SBUF:
         if x.buffer != SBUF:  # DMA cannot read PSUM

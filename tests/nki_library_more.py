@@ -1,0 +1,220 @@
+"""nki-library cases beyond the first set (see nki_library.py): MoE routing, top-k, the token-generation
+attention mask and projections. Inputs are built as each kernel's integration test under
+test/integration/nkilib builds them (its generator, seed, shapes from its fast list, LNC degree and
+tolerance); the CompilerArgs() default of those tests is LNC 2 on Trn2.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from nki_library import Case, _load
+
+
+def _uniform_01(shape, dtype):
+    """router_topk's generator: every tensor is drawn from its own generator seeded 0, in [-0.1, 0.1]."""
+    gen = torch.Generator().manual_seed(0)
+    return torch.empty(shape, dtype=torch.float32).uniform_(-0.1, 0.1, generator=gen).to(dtype)
+
+
+def _router_topk(T, H, E, k, act, bias, pre_norm, norm_prob, col_tiling, scatter, pe_bias):
+    act_fn = getattr(_load("core.utils.common_types.RouterActFnType"), act)
+    return {"x": _uniform_01((H, T), torch.bfloat16), "w": _uniform_01((H, E), torch.bfloat16),
+            "w_bias": _uniform_01((1, E), torch.bfloat16) if bias else None,
+            "router_logits": torch.zeros(T, E, dtype=torch.bfloat16),
+            "expert_affinities": torch.zeros(T, E, dtype=torch.bfloat16),
+            "expert_index": torch.zeros(T, k, dtype=torch.uint32), "act_fn": act_fn, "k": k,
+            "x_hbm_layout": 0, "x_sb_layout": 0, "router_pre_norm": pre_norm, "norm_topk_prob": norm_prob,
+            "use_column_tiling": col_tiling, "use_indirect_dma_scatter": scatter,
+            "use_PE_broadcast_w_bias": pe_bias}
+
+
+def _topk(lnc, batch, seqlen, vocab, k, dtype):
+    create_topk_config = _load("core.topk.rotational_topk.create_topk_config")
+    create_rotational = _load("core.topk.rotational_topk.create_rotational_topk_config")
+    prepare = _load("core.topk.rotational_topk.prepare_rotational_constants")
+    np.random.seed(42)
+    inp = np.random.randn(batch * seqlen, vocab).astype(np.float32)
+    import torch_neuronx.nki.language as nl
+
+    nl_dtype = nl.float32 if dtype == torch.float32 else nl.bfloat16
+    cfg = create_topk_config(inp_shape=(batch, seqlen, vocab), inp_dtype=nl_dtype, k=k, sorted=True,
+                             num_programs=lnc)
+    cfg = prepare(create_rotational(inp_shape=inp.shape, topk_config=cfg))
+    return {"inp": torch.from_numpy(inp).to(dtype), "config": cfg}
+
+
+def _topk_post(outs, refs, kwargs):
+    """What AWS's test checks: the values as sets (sorted), and the values the indices pick."""
+    values, indices = outs
+    picked = torch.take_along_dim(kwargs["inp"].double(), indices.cpu().long(), dim=-1)
+    ref = refs[0].sort(-1).values
+    return [values.cpu().double().sort(-1).values, picked.sort(-1).values], [ref, ref]
+
+
+def _sparse(T, E, top_k, dtype):
+    np.random.seed(42)
+    K = T * top_k // E
+    flat = np.random.permutation(np.concatenate([np.ones(K * E), np.zeros((T - K) * E)]))
+    x = flat.reshape(E, T).T.astype(np.float32 if dtype == torch.float32 else np.int32)
+    if dtype == torch.float32:
+        x[x > 0] = 0.1
+    return torch.from_numpy(np.ascontiguousarray(x))
+
+
+def _gen_mask(batch, q_head, s_ctx, s_active, block_len):
+    np.random.seed(42)
+    cache_lens = np.random.randint(1, s_ctx, size=(batch,)).astype(np.float32)
+    pos = np.repeat(cache_lens, s_active)[None, :]
+    return {"pos_ids_hbm": torch.from_numpy(pos), "bs": batch, "q_head": q_head, "s_active": s_active,
+            "s_prior": s_ctx, "block_len": block_len}
+
+
+def _out_proj_tkg(B, n_heads, S, d_head, H, bias, transpose):
+    rng = np.random.default_rng(0)
+    attention = torch.from_numpy(rng.normal(size=(d_head, B, n_heads, S)).astype(np.float32))
+    weight = torch.from_numpy(rng.normal(size=(d_head * n_heads, H)).astype(np.float32))
+    qt = _load("core.utils.common_types.QuantizationType").NONE
+    b = None
+    if bias:
+        b = torch.from_numpy((np.random.default_rng(0).normal(size=(1, H)) * 100).astype(np.float32))
+    return {"attention": attention.to(torch.bfloat16), "weight": weight.to(torch.bfloat16),
+            "bias": None if b is None else b.to(torch.bfloat16), "quantization_type": qt, "weight_scale": None,
+            "input_scale": None, "TRANSPOSE_OUT": transpose, "OUT_IN_SB": False}
+
+
+def _out_proj_cte(batch, seqlen, hidden, n_head, d_head, bias):
+    np.random.seed(0)  # np_random_sample(): one seed, then attention and weight drawn in turn, rounded to bf16
+    attention = torch.from_numpy(np.random.random_sample((batch, n_head, d_head, seqlen))).to(torch.bfloat16)
+    weight = torch.from_numpy(np.random.random_sample((n_head * d_head, hidden))).to(torch.bfloat16)
+    b = None
+    if bias:
+        b = torch.from_numpy((np.random.default_rng(0).normal(size=(1, hidden)) * 100).astype(np.float32))
+    return {"attention": attention, "weight": weight, "bias": None if b is None else b.to(torch.bfloat16)}
+
+
+def _tp_broadcast_kernel(src_hbm, src_offset, broadcast_count, src_select_index):
+    """test_tp_broadcast's harness: load, (select), tp_broadcast in SBUF, store."""
+    import torch_neuronx.nki.isa as nisa
+    import torch_neuronx.nki.language as nl
+
+    tp_broadcast = _load("core.utils.tp_broadcast.tp_broadcast")
+    view = _load("core.utils.tensor_view.TensorView")
+    src = nl.ndarray(src_hbm.shape, src_hbm.dtype, nl.sbuf)
+    out_sb = nl.ndarray((broadcast_count, src_hbm.shape[0]), src_hbm.dtype, nl.sbuf)
+    out = nl.ndarray((broadcast_count, src_hbm.shape[0]), src_hbm.dtype, nl.shared_hbm)
+    nisa.dma_copy(src, src_hbm)
+    tp_broadcast(view(src).select(1, src_select_index) if src_select_index is not None else src, out_sb,
+                 src_offset)
+    nisa.dma_copy(out, out_sb)
+    return out
+
+
+def _tp_broadcast_ref(src_hbm, src_offset, broadcast_count, src_select_index):
+    src = src_hbm.select(1, src_select_index) if src_select_index is not None else src_hbm
+    return src.reshape(src.shape[0], -1)[:, src_offset].unsqueeze(0).repeat(broadcast_count, 1)
+
+
+def _gaussian(rng, shape, dtype):
+    """nki-library's gaussian_tensor_generator: one default_rng(seed) drawn tensor after tensor."""
+    return torch.from_numpy(rng.normal(size=shape).astype(np.float32)).to(dtype)
+
+
+def _conv1d(b, cin, cout, length, k, stride, pl, pr, dil, bias, act, lnc_shard, dtype):
+    rng = np.random.default_rng(0)
+    x, f = _gaussian(rng, (b, cin, length), dtype), _gaussian(rng, (k, cin, cout), dtype)
+    return {"x_in": x, "filters": f, "bias": _gaussian(rng, (cout,), dtype) if bias else None, "stride": stride,
+            "padding": (pl, pr), "dilation": dil,
+            "activation_fn": getattr(_load("core.utils.common_types.ActFnType"), act) if act else None,
+            "lnc_shard": lnc_shard}
+
+
+def _depthwise(b, c, w, k, stride, padding):
+    rng = np.random.default_rng(0)
+    return {"img_ref": _gaussian(rng, (b, c, 1, w), torch.bfloat16),
+            "filter_ref": _gaussian(rng, (c, 1, 1, k), torch.bfloat16), "padding": padding, "stride": stride,
+            "rhs_dilation": (1, 1), "lhs_dilation": (1, 1), "feature_group_count": c, "batch_group_count": 1}
+
+
+def _depthwise_ref(img_ref, filter_ref, padding, stride, **_):
+    """test_depthwise_conv1d's golden: torch's grouped conv2d (nki-library ships no reference file)."""
+    return torch.nn.functional.conv2d(img_ref, filter_ref, stride=stride, padding=(0, padding[1][0]),
+                                      groups=img_ref.shape[1])
+
+
+def more_cases() -> list[Case]:
+    cases = []
+    # router_topk: test_router_topk's base configs, x in HBM as [H, T]; shard_on_tokens needs sendrecv
+    for T, H, E, k, act, bias, pre, normp, col, scat, pe in [
+            (4, 3072, 128, 4, "SOFTMAX", True, False, False, False, False, False),
+            (4, 3072, 128, 4, "SOFTMAX", True, False, False, False, False, True),
+            (16, 3072, 128, 4, "SOFTMAX", True, False, False, True, False, False),
+            (8, 8192, 128, 8, "SIGMOID", True, True, True, False, True, False),
+            (32, 3072, 128, 4, "SOFTMAX", True, True, True, False, False, False),
+            (2, 5120, 16, 1, "SOFTMAX", False, False, False, False, False, False)]:
+        flags = "".join(f" {n}" for n, on in [("prenorm", pre), ("normprob", normp), ("coltile", col),
+                                               ("scatter", scat), ("pebias", pe), ("bias", bias)] if on)
+        cases.append(Case(f"router_topk lnc2 T{T} H{H} E{E} k{k} {act.lower()}{flags} bf16",
+                          "core.router_topk.router_topk.router_topk",
+                          "core.router_topk.router_topk_torch.router_topk_torch_ref",
+                          lambda a=(T, H, E, k, act, bias, pre, normp, col, scat, pe): _router_topk(*a),
+                          2, 2e-2, 1e-5))
+    for lnc, b, s, v, k, dtype in [(2, 1, 1, 3168, 8, torch.float32), (1, 4, 5, 8192, 256, torch.float32),
+                                   (2, 1, 1, 3168, 256, torch.bfloat16)]:
+        cases.append(Case(f"rotational_topk lnc{lnc} b{b} s{s} v{v} k{k} {str(dtype)[6:]}",
+                          "core.topk.rotational_topk.rotational_topk", "core.topk.torch_ref.topk_torch_ref",
+                          lambda a=(lnc, b, s, v, k, dtype): _topk(*a), lnc, 1e-3, 1e-5, post=_topk_post))
+    for T, E, top_k, chunk, dtype in [(4096, 128, 8, 4096, torch.int32), (4096, 128, 8, 4096, torch.float32)]:
+        cases.append(Case(f"find_nonzero_indices lnc2 T{T} E{E} top{top_k} {str(dtype)[6:]}",
+                          "core.subkernels.find_nonzero_indices.find_nonzero_indices",
+                          "core.subkernels.find_nonzero_indices_torch.find_nonzero_indices_torch_ref",
+                          lambda a=(T, E, top_k, dtype), c=chunk: {"input_tensor": _sparse(*a), "chunk_size": c},
+                          2, 0.0, 0.0))
+    for b, qh, s_ctx, s_active, block_len, lnc in [(4, 1, 256, 1, 0, 1), (4, 2, 2048, 7, 0, 1),
+                                                   (4, 1, 4096, 5, 0, 2), (8, 8, 4096, 5, 0, 2),
+                                                   (4, 1, 256, 5, 16, 1)]:
+        cases.append(Case(f"gen_mask_tkg_hbm lnc{lnc} b{b} qh{qh} ctx{s_ctx} act{s_active} block{block_len} fp32",
+                          "core.attention.gen_mask_tkg.gen_mask_tkg_hbm",
+                          "core.attention.gen_mask_tkg_torch.gen_mask_tkg_hbm_torch_ref",
+                          lambda a=(b, qh, s_ctx, s_active, block_len): _gen_mask(*a), lnc, 0.0, 0.0))
+    for B, nh, S, dh, H, bias, tp in [(4, 8, 4, 32, 3072, True, True), (4, 8, 4, 64, 3072, False, False),
+                                      (4, 8, 4, 64, 5378, False, False), (4, 2, 4, 64, 7168, False, True),
+                                      (4, 10, 8, 128, 602, True, False)]:
+        cases.append(Case(f"output_projection_tkg lnc2 B{B} nh{nh} S{S} dh{dh} H{H} bias={bias} tp={tp} bf16",
+                          "core.output_projection.output_projection_tkg.output_projection_tkg",
+                          "core.output_projection.output_projection_tkg_torch.output_projection_tkg_torch_ref",
+                          lambda a=(B, nh, S, dh, H, bias, tp): _out_proj_tkg(*a), 2, 2e-2, 1e-5))
+    for b, s, h, nh, dh, bias in [(1, 16, 5120, 10, 128, True), (1, 128, 3072, 16, 64, True),
+                                  (1, 128, 3072, 17, 10, True), (1, 128, 8192, 1, 128, False)]:
+        cases.append(Case(f"output_projection_cte lnc2 b{b} s{s} h{h} nh{nh} dh{dh} bias={bias} bf16",
+                          "core.output_projection.output_projection_cte.output_projection_cte",
+                          "core.output_projection.output_projection_cte.output_projection_cte_torch."
+                          "output_projection_cte_torch_ref",
+                          lambda a=(b, s, h, nh, dh, bias): _out_proj_cte(*a), 2, 2e-2, 1e-5))
+    for shape, offset, count, sel in [((5, 7), 0, 1, None), ((3, 8, 11), 1, 2, 4), ((8, 6), 5, 7, None),
+                                      ((13, 3, 13), 9, 12, 2)]:
+        def build(shape=shape, offset=offset, count=count, sel=sel):
+            np.random.seed(0)  # np_random_sample()
+            src = torch.from_numpy(np.random.random_sample(shape).astype(np.float32))
+            return {"src_hbm": src, "src_offset": offset, "broadcast_count": count, "src_select_index": sel}
+        cases.append(Case(f"tp_broadcast lnc1 {shape} offset{offset} count{count} select={sel} fp32",
+                          _tp_broadcast_kernel, _tp_broadcast_ref, build, 1, 0.0, 0.0))
+    for (b, cin, cout, length, k, stride, pl, pr, dil, bias, act, shard, dtype) in [
+            (1, 16, 32, 20, 3, 1, 0, 0, 1, False, None, False, torch.float32),
+            (2, 64, 128, 40, 5, 2, 2, 2, 2, True, "GELU", False, torch.float32),
+            (1, 48, 64, 128, 100, 1, 1, 1, 1, True, None, False, torch.float32),
+            (1, 128, 256, 200, 5, 2, 2, 2, 1, True, "GELU", True, torch.float32),
+            (1, 16, 32, 20, 3, 1, 0, 0, 1, True, "SiLU", False, torch.bfloat16)]:
+        tol = 5e-2 if dtype == torch.bfloat16 else 1e-5
+        cases.append(Case(f"conv1d lnc2 b{b} cin{cin} cout{cout} L{length} k{k} s{stride} pad{pl},{pr} d{dil} "
+                          f"bias={bias} {act} shard={shard} {str(dtype)[6:]}",
+                          "experimental.conv.conv1d.conv1d", "experimental.conv.conv1d_torch.conv1d_torch_ref",
+                          lambda a=(b, cin, cout, length, k, stride, pl, pr, dil, bias, act, shard, dtype):
+                          _conv1d(*a), 2, tol, tol, ref_dtype=torch.float32))
+    for b, c, w, k, stride, padding in [(1, 16, 512, 64, (1, 1), ((0, 0), (0, 0))),
+                                        (1, 256, 512, 64, (1, 2), ((0, 0), (5, 5))),
+                                        (1, 512, 5000, 8, (1, 1), ((0, 0), (0, 0)))]:
+        cases.append(Case(f"depthwise_conv1d lnc2 b{b} c{c} w{w} k{k} stride{stride[1]} pad{padding[1][0]} bf16",
+                          "experimental.conv.depthwise_conv1d.depthwise_conv1d_implicit_gemm", _depthwise_ref,
+                          lambda a=(b, c, w, k, stride, padding): _depthwise(*a), 2, 1e-2, 1e-2))
+    return cases
