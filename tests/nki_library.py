@@ -173,6 +173,9 @@ def install_aliases(checkout: Path):
     except ImportError:  # AWS's numpy dtype package: only the MX references call it, at import it need not be
         sys.modules["neuron_dtypes"] = _Absent("neuron_dtypes")
     sys.path.insert(0, str(checkout / "src"))
+    # qkv_tkg's reference imports its norms from the checkout's test tree (test.integration...), which
+    # must win over the standard library's `test` package
+    sys.path.insert(0, str(checkout))
 
 
 def _load(path, lnc: int = 1):

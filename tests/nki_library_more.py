@@ -5,10 +5,16 @@ tolerance); the CompilerArgs() default of those tests is LNC 2 on Trn2.
 """
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import torch
 
 from nki_library import Case, _load
+
+
+def _module(path):
+    return importlib.import_module("nkilib_src.nkilib." + path)
 
 
 def _uniform_01(shape, dtype):
@@ -142,6 +148,89 @@ def _depthwise_ref(img_ref, filter_ref, padding, stride, **_):
                                       groups=img_ref.shape[1])
 
 
+def _qkv_tkg(b, s, h, h_actual, i, nq, nkv, dh, norm, fused_add, norm_bias, qkv_bias, eps, layout):
+    """test_qkv_common.build_qkv_input's draws (one gaussian generator, tensor after tensor), bf16."""
+    types = _module("core.utils.common_types")
+    rng, bf = np.random.default_rng(0), torch.bfloat16
+    d = {"hidden": _gaussian(rng, (b, s, h), bf), "qkv_w": _gaussian(rng, (h, i), bf)}
+    d["mlp_prev"] = _gaussian(rng, (b, s, h), bf) if fused_add else None
+    d["attn_prev"] = _gaussian(rng, (b, s, h), bf) if fused_add else None
+    d["norm_w"] = _gaussian(rng, (1, h), bf) if norm in ("RMS_NORM", "LAYER_NORM") else None
+    d["qkv_bias"] = _gaussian(rng, (1, i), bf) if qkv_bias else None
+    d["norm_bias"] = _gaussian(rng, (1, h), bf) if norm_bias else None
+    d.update(fused_add=fused_add, d_head=dh, num_kv_heads=nkv, num_q_heads=nq, eps=eps, hidden_actual=h_actual,
+             output_layout=getattr(types.QKVOutputLayout, layout), norm_type=getattr(types.NormType, norm))
+    return d
+
+
+def _mlp(b, s, h, i, norm, fused_add, store_add, gate_bias, up_bias, down_bias, norm_bias, col_gu, col_down):
+    """test_mlp_common.build_fused_norm_mlp's draws (gaussian, seed 0; gamma uniform +-0.1 from
+    default_rng(42)), bf16, SiLU, no quantization."""
+    types = _module("core.utils.common_types")
+    rng, bf = np.random.default_rng(0), torch.bfloat16
+    d = {"fused_add_tensor": _gaussian(rng, (b, s, h), bf) if fused_add else None,
+         "hidden_tensor": _gaussian(rng, (b, s, h), bf)}
+    gamma = torch.from_numpy(np.random.default_rng(42).uniform(-0.1, 0.1, (1, h)).astype(np.float32)).to(bf)
+    d["normalization_weights_tensor"] = gamma if norm != "NO_NORM" else None
+    d["normalization_bias_tensor"] = _gaussian(rng, (1, h), bf) if norm != "NO_NORM" and norm_bias else None
+    d.update(gate_proj_weights_tensor=_gaussian(rng, (h, i), bf), up_proj_weights_tensor=_gaussian(rng, (h, i), bf),
+             down_proj_weights_tensor=_gaussian(rng, (i, h), bf))
+    d.update(gate_proj_bias_tensor=_gaussian(rng, (1, i), bf) if gate_bias else None,
+             up_proj_bias_tensor=_gaussian(rng, (1, i), bf) if up_bias else None,
+             down_proj_bias_tensor=_gaussian(rng, (1, h), bf) if down_bias else None)
+    d.update(store_fused_add_result=store_add, activation_fn=types.ActFnType.SiLU,
+             normalization_type=getattr(types.NormType, norm), quantization_type=types.QuantizationType.NONE,
+             output_dtype=_nl().bfloat16, eps=1e-6, use_tkg_gate_up_proj_column_tiling=col_gu,
+             use_tkg_down_proj_column_tiling=col_down)
+    return d
+
+
+def _mlp_kernel(**kwargs):
+    """What core/mlp/mlp.py's dispatcher does before it calls mlp_tkg or mlp_cte (that file does not
+    parse at the 2026-04-13 checkout: a docstring's tail is repeated, IndentationError at line 203)."""
+    nl = _nl()
+    mp = _module("core.mlp.mlp_parameters")
+    params = mp.MLPParameters(**kwargs)
+    mp.validate_mlp_arguments(params)
+    shape = (params.batch_size, params.sequence_len, params.hidden_size)
+    out = nl.ndarray(shape, dtype=params.output_dtype, buffer=nl.shared_hbm)
+    add_out = nl.ndarray(shape, dtype=params.output_dtype, buffer=nl.shared_hbm) \
+        if mp.mlpp_store_fused_add(params) else None
+    if mp.is_mlp_tkg(params):
+        _load("core.mlp.mlp_tkg.mlp_tkg.mlp_tkg")(params, out, add_out)
+    else:
+        _load("core.mlp.mlp_cte.mlp_cte.mlp_cte")(params, out, add_out)
+    return [out] if add_out is None else [out, add_out]
+
+
+def _nl():
+    import torch_neuronx.nki.language as nl
+
+    return nl
+
+
+def _mlp_ref(hidden_tensor, gate_proj_weights_tensor, up_proj_weights_tensor, down_proj_weights_tensor,
+             normalization_weights_tensor, normalization_bias_tensor, fused_add_tensor, store_fused_add_result,
+             normalization_type, gate_proj_bias_tensor, up_proj_bias_tensor, down_proj_bias_tensor, eps, **_):
+    """test_mlp_common.norm_mlp_ref in torch (nki-library ships no mlp reference file): the residual
+    sum, nki-library's torch norm, SiLU(x @ gate + b) * (x @ up + b) @ down + b."""
+    x = hidden_tensor if fused_add_tensor is None else hidden_tensor + fused_add_tensor
+    if normalization_type.name == "RMS_NORM":
+        y = _load("core.subkernels.rmsnorm_torch.rms_norm_torch_ref")(x, normalization_weights_tensor, eps=eps)
+    elif normalization_type.name == "LAYER_NORM":
+        y = _load("core.subkernels.layernorm_torch.layer_norm_torch_ref")(
+            x, normalization_weights_tensor, normalization_bias_tensor, eps=eps)
+    else:
+        y = x
+    y = y.double()  # nki-library's torch norms compute and return fp32
+    gate, up = y @ gate_proj_weights_tensor, y @ up_proj_weights_tensor
+    gate = gate if gate_proj_bias_tensor is None else gate + gate_proj_bias_tensor
+    up = up if up_proj_bias_tensor is None else up + up_proj_bias_tensor
+    out = (torch.nn.functional.silu(gate) * up) @ down_proj_weights_tensor
+    out = out if down_proj_bias_tensor is None else out + down_proj_bias_tensor
+    return [out, x] if fused_add_tensor is not None and store_fused_add_result else [out]
+
+
 def more_cases() -> list[Case]:
     cases = []
     # router_topk: test_router_topk's base configs, x in HBM as [H, T]; shard_on_tokens needs sendrecv
@@ -217,4 +306,31 @@ def more_cases() -> list[Case]:
         cases.append(Case(f"depthwise_conv1d lnc2 b{b} c{c} w{w} k{k} stride{stride[1]} pad{padding[1][0]} bf16",
                           "experimental.conv.depthwise_conv1d.depthwise_conv1d_implicit_gemm", _depthwise_ref,
                           lambda a=(b, c, w, k, stride, padding): _depthwise(*a), 2, 1e-2, 1e-2))
+    # qkv_tkg: test_qkv_tkg_accuracy_unit's non-quantized rows (it calls the qkv dispatcher, which
+    # takes this kernel for token generation)
+    for lnc, b, s, h, ha, i, nq, nkv, dh, norm, fadd, nb, qb, eps, layout in [
+            (1, 1, 4, 16384, None, 384, 1, 1, 128, "RMS_NORM", True, False, False, 1e-6, "BSD"),
+            (1, 4, 1, 4096, 3072, 896, 5, 1, 128, "RMS_NORM", True, False, False, 1e-6, "BSD"),
+            (1, 1, 1, 128, None, 512, 2, 1, 128, "NO_NORM", False, False, False, 1e-6, "BSD"),
+            (1, 1, 5, 8192, None, 384, 1, 1, 128, "LAYER_NORM", False, True, False, 1e-6, "BSD"),
+            (2, 8, 5, 3072, None, 640, 8, 1, 64, "RMS_NORM", False, False, True, 1e-6, "BSD"),
+            (2, 1, 1, 8192, None, 768, 2, 2, 128, "NO_NORM", False, False, False, 1e-6, "NBSd"),
+            (2, 1, 1, 8192, None, 512, 2, 1, 128, "RMS_NORM", True, False, False, 77.0, "BSD")]:
+        cases.append(Case(f"qkv_tkg lnc{lnc} b{b} s{s} h{h}{f'/{ha}' if ha else ''} i{i} q{nq} kv{nkv} d{dh} "
+                          f"{norm.lower()} add={fadd} nbias={nb} qbias={qb} eps={eps} {layout} bf16",
+                          "core.qkv.qkv_tkg.qkv_tkg", "core.qkv.qkv_tkg_torch.qkv_tkg_torch_ref",
+                          lambda a=(b, s, h, ha, i, nq, nkv, dh, norm, fadd, nb, qb, eps, layout): _qkv_tkg(*a),
+                          lnc, 2e-2, 1e-5))
+    # mlp (token generation): test_mlp_tkg's LNC 2 and LNC 1 rows without quantization
+    for lnc, b, s, h, i, norm, fadd, sadd, gb, ub, db, nb, col_gu, col_down in [
+            (2, 4, 2, 4096, 1024, "LAYER_NORM", False, False, False, False, False, False, True, True),
+            (2, 1, 1, 8192, 448, "RMS_NORM", False, False, False, False, False, False, True, True),
+            (2, 4, 5, 8192, 896, "RMS_NORM", True, True, False, False, False, False, True, True),
+            (2, 8, 5, 8192, 512, "RMS_NORM", False, False, True, True, True, False, True, True),
+            (1, 1, 1, 256, 448, "NO_NORM", False, False, False, False, False, False, True, True),
+            (2, 4, 1, 5120, 256, "NO_NORM", False, False, False, False, False, False, False, False)]:
+        cases.append(Case(f"mlp_tkg lnc{lnc} b{b} s{s} h{h} i{i} {norm.lower()} add={fadd}/{sadd} "
+                          f"bias={gb}{ub}{db} coltile={col_gu}{col_down} bf16", _mlp_kernel, _mlp_ref,
+                          lambda a=(b, s, h, i, norm, fadd, sadd, gb, ub, db, nb, col_gu, col_down): _mlp(*a),
+                          lnc, 2e-2, 1e-5))
     return cases
