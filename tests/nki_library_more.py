@@ -231,6 +231,47 @@ def _mlp_ref(hidden_tensor, gate_proj_weights_tensor, up_proj_weights_tensor, do
     return [out, x] if fused_add_tensor is not None and store_fused_add_result else [out]
 
 
+def _rmsnorm_quant(lnc, b, s, h, quant_only, quant, lower_bound):
+    """test_rmsnorm_quant's inputs: gaussian (seed 0) bf16 hidden and gamma ([1, H] under LNC 2); the
+    static scale a (128, 1) fill drawn from its own default_rng(0) as normal(0.5, 0.1)."""
+    types = _module("core.utils.common_types")
+    rng = np.random.default_rng(0)
+    hidden = _gaussian(rng, (b, s, h), torch.bfloat16)
+    gamma = _gaussian(rng, (1, h) if lnc > 1 else (h,), torch.bfloat16)
+    scale = None
+    if quant == "STATIC":
+        scale = torch.full((128, 1), float(np.random.default_rng(0).normal(loc=0.5, scale=0.1)))
+    kargs = _load("core.rmsnorm.rmsnorm_quant.RmsNormQuantKernelArgs")(
+        quantization_type=getattr(types.QuantizationType, quant), lower_bound=lower_bound,
+        norm_type=types.NormType.NO_NORM if quant_only else types.NormType.RMS_NORM, eps=1e-6)
+    return {"hidden": hidden, "ln_w": gamma, "kargs": kargs, "input_dequant_scale": scale}
+
+
+def _rmsnorm_quant_ref(hidden, ln_w, kargs, input_dequant_scale):
+    """test_rmsnorm_quant.rmsnorm_quant_ref in torch (nki-library ships no reference file): rms norm
+    (eps added to the rms), then fp8 (±240) row quantization with its fp32 dequant scale, or static."""
+    x = hidden
+    if kargs.norm_type.name != "NO_NORM":
+        x = x / (x.square().mean(-1, keepdim=True).sqrt() + kargs.eps) * ln_w.reshape(-1)
+    if kargs.quantization_type.name == "ROW":
+        absmax = x.abs().amax(-1, keepdim=True)
+        if kargs.lower_bound > 0:
+            absmax = absmax.clamp(max=kargs.lower_bound)
+            x = x.clamp(-kargs.lower_bound, kargs.lower_bound)
+        dequant = absmax / 240.0
+        return [x / dequant, dequant]
+    return [(x / input_dequant_scale[0, 0]).clamp(-240.0, 240.0)]
+
+
+def _rmsnorm_quant_post(outs, refs, kwargs):
+    """The ROW output packs each row's fp32 dequant scale into its last 4 fp8 bytes."""
+    out = outs[0].cpu()
+    h = kwargs["hidden"].shape[-1]
+    if out.shape[-1] == h:
+        return [out.double()], refs
+    return [out[..., :h].double(), out[..., h:].contiguous().view(torch.float32).double()], refs
+
+
 def more_cases() -> list[Case]:
     cases = []
     # router_topk: test_router_topk's base configs, x in HBM as [H, T]; shard_on_tokens needs sendrecv
@@ -321,6 +362,25 @@ def more_cases() -> list[Case]:
                           "core.qkv.qkv_tkg.qkv_tkg", "core.qkv.qkv_tkg_torch.qkv_tkg_torch_ref",
                           lambda a=(b, s, h, ha, i, nq, nkv, dh, norm, fadd, nb, qb, eps, layout): _qkv_tkg(*a),
                           lnc, 2e-2, 1e-5))
+    # indexed_flatten: test_indexed_flatten_fast's rows (LNC 2; the two programs' halves meet by sendrecv)
+    for T, E, f_len in [(4096, 2, 128), (10240, 17, 128)]:
+        def build(T=T, E=E, f_len=f_len):
+            out_len = -(-(E * T + 1024) // 128) * 128
+            return {"input_tensor": torch.arange(E * T, dtype=torch.int32).reshape(E, T), "f_len": f_len,
+                    "output_len": out_len, "row_offsets": torch.tensor([T // f_len * e for e in range(E)],
+                                                                       dtype=torch.int32),
+                    "row_offsets_start": None, "padding_val": -1}
+        cases.append(Case(f"indexed_flatten lnc2 T{T} E{E} f{f_len} int32",
+                          "core.subkernels.indexed_flatten.indexed_flatten",
+                          "core.subkernels.indexed_flatten_torch.indexed_flatten_torch_ref", build, 2, 0.0, 0.0))
+    # rmsnorm_quant: test_rmsnorm_quant_lnc_unit's rows (bf16 in, fp8 e4m3 out; its validator's rtol
+    # 0.072 for the values, 0.007 for the row scales)
+    for s_len, quant_only, quant, lb in [(2, True, "ROW", 0.0), (2, False, "ROW", 0.5), (160, False, "ROW", 0.0),
+                                          (2, False, "STATIC", 0.0), (160, True, "STATIC", 0.0)]:
+        cases.append(Case(f"rmsnorm_quant lnc2 b1 s{s_len} h16384 quant_only={quant_only} {quant.lower()} lb{lb} bf16",
+                          "core.rmsnorm.rmsnorm_quant.rmsnorm_quant_kernel", _rmsnorm_quant_ref,
+                          lambda a=(2, 1, s_len, 16384, quant_only, quant, lb): _rmsnorm_quant(*a), 2,
+                          [0.072, 0.007], 0.0, post=_rmsnorm_quant_post))
     # mlp (token generation): test_mlp_tkg's LNC 2 and LNC 1 rows without quantization
     for lnc, b, s, h, i, norm, fadd, sadd, gb, ub, db, nb, col_gu, col_down in [
             (2, 4, 2, 4096, 1024, "LAYER_NORM", False, False, False, False, False, False, True, True),

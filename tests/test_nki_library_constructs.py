@@ -310,3 +310,47 @@ def test_an_instruction_on_a_pattern_past_the_tile_names_both_lines():
     with pytest.raises(NkiValidationError, match=r"nisa.tensor_copy: access pattern: .*reaches element 24 .*"
                                                  r"\n  \(the pattern built at .*column = t.ap.*\n  at .*tensor_copy"):
         nki.simulate(strided_columns)(torch.randn(16, 24), 2, True)
+
+
+@nki.jit
+def row_absmax(x):
+    # rmsnorm_quant's row scale: |x| through the Vector Engine's ALU (op0=nl.abs with operand 0.0),
+    # reduced by max in the same instruction.
+    p, f = x.shape
+    t = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    mag = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.sbuf)
+    peak = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar_reduce(dst=mag, data=t, op0=nl.abs, operand0=0.0, reduce_op=nl.maximum, reduce_res=peak)
+    scaled = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=scaled, data=t, op0=nl.abs, operand0=0.0, op1=nl.multiply, operand1=2.0)
+    out = nl.ndarray((p, f + 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out[:, :f], src=scaled)
+    nisa.dma_copy(dst=out[:, f:], src=peak)
+    return out
+
+
+def test_abs_is_an_alu_op_of_tensor_scalar_with_operand_zero():
+    x = torch.randn(8, 40, dtype=torch.bfloat16)
+    got = both(row_absmax, x)
+    ref = x.float().abs()
+    assert torch.equal(got[:, :40], ref * 2) and torch.equal(got[:, 40:], ref.amax(1, keepdim=True))
+
+
+@nki.jit
+def abs_elsewhere(x, where):
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    if where == "operand":
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.abs, operand0=1.0)
+    else:
+        nisa.tensor_tensor(dst=t, data1=t, data2=t, op=nl.abs)
+    return t
+
+
+def test_abs_as_an_alu_op_elsewhere_says_why():
+    x = torch.randn(4, 8)
+    with pytest.raises(NotImplementedError, match="nl.abs and operand 1.0 is not supported yet"):
+        nki.simulate(abs_elsewhere)(x, "operand")
+    with pytest.raises(NkiValidationError, match="tensor_tensor: op: nl.abs is an ALU op of tensor_scalar"):
+        nki.simulate(abs_elsewhere)(x, "tensor_tensor")

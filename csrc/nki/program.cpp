@@ -30,7 +30,7 @@ const std::vector<std::string> kBinaries = {"add",           "subtract",    "mul
                                             "minimum",       "power",       "equal",      "not_equal",   "greater",
                                             "greater_equal", "less",        "less_equal", "logical_and", "logical_or",
                                             "logical_xor",   "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift",
-                                            "right_shift",   "abs_max",     "abs_min",    "fmod"};
+                                            "right_shift",   "abs_max",     "abs_min",    "fmod",        "abs"};
 const std::vector<std::string> kReductions = {"add", "maximum", "minimum", "multiply"};
 
 constexpr double kLog2e = 1.4426950408889634;
@@ -152,6 +152,8 @@ at::Tensor binary(int64_t op, const at::Tensor& a, const at::Tensor& b) {
       return at::minimum(a.abs(), b.abs());
     case 23:
       return at::fmod(a, b);
+    case 24:  // |a|: the ALU's abs takes an operand the callers fix at 0 (see language.py)
+      return a.abs();
     default:
       TORCH_CHECK(false, "nki: unknown ALU op ", op);
   }
@@ -211,6 +213,8 @@ float alu(int64_t op, float a, float b) {
       return std::min(std::fabs(a), std::fabs(b));
     case 23:
       return std::fmod(a, b);
+    case 24:
+      return std::fabs(a);
     default:
       TORCH_CHECK(false, "nki: ALU op ", op, " cannot run in a scan");
   }

@@ -108,8 +108,13 @@ def _start_value(x, what, parts, ins):
     fail("operand", f"{what} is a number or a [{parts}, 1] tile, not {type(x).__name__}", ins)
 
 
-def _op(op, kind, ins):
+def _op(op, kind, ins, unary_ok=False):
+    """op's code in the executor's table of `kind`; nl.abs as an ALU op only where unary_ok (an
+    instruction applying it to data with a zero scalar operand: |data|)."""
     code = getattr(op, kind, None)
+    if kind == "alu" and code is not None and getattr(op, "__name__", "") == "abs" and not unary_ok:
+        fail("op", "nl.abs is an ALU op of tensor_scalar/tensor_scalar_reduce only (|data|, with operand 0.0); "
+                   "use nisa.activation(op=nl.abs) elsewhere", ins)
     if code is None:
         name = getattr(op, "__name__", repr(op))
         legal = "an ALU op (nl.add, nl.multiply, nl.maximum, ...)" if kind == "alu" else \
@@ -147,7 +152,10 @@ def _is_int(t):
 
 def _scalar_step(out, data, op, operand, reverse, ins):
     """`out = data op operand` (or `operand op data`), operand a number or a [P, 1] tile."""
-    code = _op(op, "alu", ins)
+    code = _op(op, "alu", ins, unary_ok=True)
+    if getattr(op, "__name__", "") == "abs" and (isinstance(operand, NkiTensor) or operand != 0):
+        raise NotImplementedError(f"nki: {ins} with op nl.abs and operand {operand!r} is not supported yet: the "
+                                  f"docs do not say what the operand does; with 0.0 it is |data|")
     integral = _is_int(data) and not isinstance(operand, float)
     if isinstance(operand, NkiTensor):
         _on_chip(operand, "operand", ins)

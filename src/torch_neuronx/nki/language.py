@@ -344,7 +344,10 @@ silu_dx = _Op("silu_dx", act="silu_dx")
 sqrt = _Op("sqrt", act="sqrt")
 rsqrt = _Op("rsqrt", act="rsqrt")
 reciprocal = _Op("reciprocal", act="reciprocal")
-abs = _Op("abs", act="abs")  # noqa: A001  (NKI's name)
+# Also an ALU op of tensor_scalar and tensor_scalar_reduce, as nki-library's rmsnorm_quant uses it
+# (op0=nl.abs, operand0=0.0: |data|); the docs do not say what a nonzero operand does, so
+# _isa_base._scalar_step takes operand 0 only.
+abs = _Op("abs", act="abs", alu="abs")  # noqa: A001  (NKI's name)
 negative = _Op("negative", act="negative")
 square = _Op("square", act="square")
 sin = _Op("sin", act="sin")
