@@ -85,6 +85,7 @@ bench-compile: install
 
 bench-collectives: install
 	$(PY) benchmarks/collectives.py
+	$(PY) benchmarks/collectives_hosts.py
 
 bench-vllm: install
 	$(PY) benchmarks/vllm_serving.py

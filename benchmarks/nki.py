@@ -3,7 +3,8 @@ equivalent torch op on neuron, measured in the same run, and the cost model's Tr
 each kernel with its TFLOP/s. Issue #24's targets: matmul 1024² bf16 ≤ 2× torch.mm, rmsnorm
 [4096, 1024] ≤ 3× F.rms_norm, flash-attention forward [1, 8, 1024, 64] ≤ 3× SDPA; the Trn2
 estimate of the library matmul on 4096² bf16 within 1.5× of the Tensor Engine's roofline.
-Issue #36's: a cumsum through nisa.tensor_tensor_scan [4096, 1024] ≤ 3× torch.cumsum.
+Issue #36's: a cumsum through nisa.tensor_tensor_scan [4096, 1024] ≤ 3× torch.cumsum, and an
+RMSNorm written as nki-library writes it (access patterns) ≤ 3× F.rms_norm.
 Run on a quiet machine: `make bench-nki`. Last, the cost model against AWS's matmul tutorial: the
 estimate of each of its four steps (tests/nki_matmul_steps.py) at the tutorial's shape beside the
 latency AWS published (Trn1; the table's order is what the model must reproduce); alone with
@@ -80,6 +81,40 @@ def tutorial_table():
               f"{base[1] / pub:>10.2f}x{est.dma_bytes / 1e6:>11.0f}", flush=True)
 
 
+@nki.jit
+def rmsnorm_ap(x, gamma, eps):
+    """RMSNorm written as nki-library's rmsnorm_tkg writes it: the hidden dim spread over the 128
+    partitions by access patterns ([N, H] read as [128, N, H/128]), squares reduced along the free
+    dim, summed across partitions by one matmul against a 1/H matrix (every partition gets every
+    row's mean), and the result written back through the same pattern (H a multiple of 128)."""
+    n, h = x.shape
+    h1 = h // 128
+    out = nl.ndarray((n, h), dtype=x.dtype, buffer=nl.shared_hbm)
+    g = nl.ndarray((128, 1, h1), dtype=gamma.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=g, src=gamma.ap([[h1, 128], [0, 1], [1, h1]]))
+    mean = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(mean, 1.0 / h)
+    eps_sb = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(eps_sb, eps)
+    for r0 in range(0, n, 512):
+        rows = min(512, n - r0)
+        t = nl.ndarray((128, rows, h1), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x.ap([[h1, 128], [h, rows], [1, h1]], offset=r0 * h))
+        sq = nl.ndarray((128, rows, h1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=sq, op=nl.square, data=t)
+        part = nl.ndarray((128, rows), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=part, op=nl.add, data=sq, axis=2)
+        ms = nl.ndarray((128, rows), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=ms, stationary=mean, moving=part)
+        rs = nl.ndarray((128, rows), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=rs, op=nl.rsqrt, data=ms, bias=eps_sb)
+        y = nl.ndarray((128, rows, h1), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=y, data1=t, data2=rs.expand_dim(2).broadcast(2, h1), op=nl.multiply)
+        nisa.tensor_tensor(dst=y, data1=y, data2=g.broadcast(1, rows), op=nl.multiply)
+        nisa.dma_copy(dst=out.ap([[h1, 128], [h, rows], [1, h1]], offset=r0 * h), src=y)
+    return out
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--iters", type=int, default=5)
@@ -96,6 +131,8 @@ def main():
         ("matmul 1024x1024 bf16", kernels.matmul, (a, b), lambda: a @ b, 2.0, 2 * 1024 ** 3),
         ("rmsnorm [4096, 1024] bf16", kernels.rmsnorm, (x, w, 1e-6), lambda: F.rms_norm(x, (1024,), w, 1e-6), 3.0,
          4 * 4096 * 1024),
+        ("rmsnorm, nki-library style (ap) [4096, 1024] bf16", rmsnorm_ap, (x, w, 1e-6),
+         lambda: F.rms_norm(x, (1024,), w, 1e-6), 3.0, 4 * 4096 * 1024),
         ("flash-attn fwd [1,8,1024,64] causal", kernels.flash_attention_fwd, (q, k, v, True),
          lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), 3.0, 2 * 2 * 8 * 1024 * 1024 * 64 // 2),
         ("cumsum (tensor_tensor_scan) [4096, 1024] fp32", cumsum_kernel, (c,), lambda: torch.cumsum(c, 1), 3.0,
@@ -104,6 +141,7 @@ def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; neuron = {torch.neuron.get_device_name()}\n")
     print(f"{'kernel':<46}{'nki ms':>9}{'torch ms':>10}{'ratio':>8}{'target':>8}   trn2 estimate")
     for name, kernel, kargs, torch_fn, target, flops in cases:
+        torch.testing.assert_close(kernel(*kargs).float(), torch_fn().float(), atol=0.1, rtol=0.05)
         nki_s = timed(lambda: kernel(*kargs), args.iters)
         torch_s = timed(torch_fn, args.iters)
         est = nki.estimate(kernel, profile="trn2")(*kargs)

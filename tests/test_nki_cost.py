@@ -138,3 +138,46 @@ def test_data_loaded_once_and_reused_costs_once():
     assert each.instructions["dma"] - once.instructions["dma"] == 8
     assert each.dma_bytes - once.dma_bytes == 8 * 128 * 128 * 2
     assert once.latency_us < each.latency_us
+
+
+@nki.jit
+def spmd_scale(x):
+    # Each program scales its own block of rows: no data shared, so programs on two cores overlap.
+    rows = x.shape[0] // nl.num_programs(0)
+    r0 = nl.program_id(0) * rows
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for r in range(r0, r0 + rows, 128):
+        t = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[r:r + 128])
+        nisa.activation(dst=t, op=nl.exp, data=t)
+        nisa.dma_copy(dst=out[r:r + 128], src=t)
+    return out
+
+
+def test_programs_on_the_cores_nl_nc_names_run_concurrently():
+    x = nki.Spec((1024, 2048), BF16)
+    one_core = nki.estimate(spmd_scale[2])(x)
+    two_cores = nki.estimate(spmd_scale[nl.nc(2)])(x)
+    assert one_core.cores == 1 and two_cores.cores == 2
+    # The same instructions, the same work, on twice the engines and queues.
+    assert two_cores.busy_us == pytest.approx(one_core.busy_us)
+    assert 0.45 < two_cores.latency_us / one_core.latency_us < 0.6, (one_core, two_cores)
+    assert "2 physical NeuronCores" in str(two_cores)
+    # A plain grid shares out under LNC=2 as nki-library's kernel[2] does.
+    assert nki.estimate(spmd_scale[2], lnc=2)(x).latency_us == pytest.approx(two_cores.latency_us)
+    # Both spmd_dim placements use both cores (blocked or interleaved), four programs on two.
+    four = [nki.estimate(spmd_scale[g])(x).latency_us
+            for g in (nl.spmd_dim(nl.nc(2), 2), nl.spmd_dim(2, nl.nc(2)))]
+    assert four[0] == pytest.approx(four[1], rel=0.05)
+    assert four[0] < 0.6 * nki.estimate(spmd_scale[4])(x).latency_us
+    with pytest.raises(ValueError, match="lnc"):
+        nki.estimate(spmd_scale[2], lnc=3)
+
+
+def test_which_core_each_program_of_a_grid_runs_on():
+    assert [nl.core_of((nl.nc(2),), (i,)) for i in range(2)] == [0, 1]
+    assert [nl.core_of((nl.spmd_dim(nl.nc(2), 2),), (i,)) for i in range(4)] == [0, 0, 1, 1]
+    assert [nl.core_of((nl.spmd_dim(2, nl.nc(2)),), (i,)) for i in range(4)] == [0, 1, 0, 1]
+    assert [nl.core_of((2, nl.nc(2)), (i, j)) for i in range(2) for j in range(2)] == [0, 1, 0, 1]
+    assert [nl.core_of((4,), (i,)) for i in range(4)] == [0, 0, 0, 0]
+    assert [nl.core_of((4,), (i,), lnc=2) for i in range(4)] == [0, 1, 0, 1]

@@ -12,14 +12,24 @@ void init_distributed_bindings(pybind11::module& m) {
   m.def(
       "_create_process_group",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout,
-         std::string label,
-         std::optional<c10::intrusive_ptr<c10d::Backend>> host) -> c10::intrusive_ptr<c10d::Backend> {
+         std::string label, std::optional<c10::intrusive_ptr<c10d::Backend>> host,
+         std::optional<c10::intrusive_ptr<c10d::Store>> local_store, int local_rank, int local_size,
+         std::optional<c10::intrusive_ptr<c10d::Backend>> leaders,
+         std::string hosts) -> c10::intrusive_ptr<c10d::Backend> {
+        std::optional<ProcessGroupNeuron::Hosts> h;
+        if (local_store) {
+          h = ProcessGroupNeuron::Hosts{*local_store, local_rank, local_size,
+                                        leaders.value_or(c10::intrusive_ptr<c10d::Backend>()), std::move(hosts)};
+        }
         pybind11::gil_scoped_release no_gil;  // the rendezvous waits for the other ranks
         return c10::make_intrusive<ProcessGroupNeuron>(store, rank, size, timeout, std::move(label),
-                                                       host.value_or(c10::intrusive_ptr<c10d::Backend>()));
+                                                       host.value_or(c10::intrusive_ptr<c10d::Backend>()),
+                                                       std::move(h));
       },
       pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"),
-      pybind11::arg("label"), pybind11::arg("host") = pybind11::none());
+      pybind11::arg("label"), pybind11::arg("host") = pybind11::none(), pybind11::arg("local_store") = pybind11::none(),
+      pybind11::arg("local_rank") = 0, pybind11::arg("local_size") = 1, pybind11::arg("leaders") = pybind11::none(),
+      pybind11::arg("hosts") = "");
   m.def("_dist_transport_setting", [] {
     return checked(
         [] { return neuronrt::config::choice("TORCH_NEURONX_DIST_TRANSPORT", "auto", {"auto", "shm", "host"}); });
@@ -27,7 +37,7 @@ void init_distributed_bindings(pybind11::module& m) {
   m.def("_process_group_transport", [](const c10::intrusive_ptr<c10d::Backend>& backend) -> std::string {
     auto* pg = dynamic_cast<ProcessGroupNeuron*>(backend.get());
     TORCH_CHECK(pg != nullptr, "neuron: not a neuron process group backend: ", backend->getBackendName());
-    return pg->transport_is_shared_memory() ? "shm" : "host";
+    return pg->transport();
   });
 }
 

@@ -164,14 +164,33 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_each(const char* name,
     numels.push_back(t.numel());
     dtypes.push_back(t.scalar_type());
   }
-  return enqueue(
-      name, type, tensors, tensors,
-      [ps = pieces(tensors), numels, dtypes, rs, sigs, what, root](ShmGroup& g) {
-        for (size_t i = 0; i < ps.size(); ++i) shm_reduce(g, what, ps[i], numels[i], dtypes[i], rs[i], sigs[i], root);
-      },
-      [ds = descs(tensors), rs, root, keep = root < 0 || root == rank_](c10d::Backend& h) {
-        for (size_t i = 0; i < ds.size(); ++i) host_reduce(h, ds[i].view(), rs[i], root, keep);
-      });
+  auto shm = [ps = pieces(tensors), numels, dtypes, rs, sigs, what, root](ShmGroup& g) {
+    for (size_t i = 0; i < ps.size(); ++i) shm_reduce(g, what, ps[i], numels[i], dtypes[i], rs[i], sigs[i], root);
+  };
+  HostBody host = [ds = descs(tensors), rs, root, keep = root < 0 || root == rank_](c10d::Backend& h) {
+    for (size_t i = 0; i < ds.size(); ++i) host_reduce(h, ds[i].view(), rs[i], root, keep);
+  };
+  if (hosts_ && root < 0) {
+    // Hierarchical: this host's sum on its first rank, the hosts' sums exchanged by those ranks,
+    // the total broadcast inside each host. AVG divides by the whole group's size in the first
+    // step and PREMUL_SUM scales there, so the exchange between hosts is a plain sum.
+    host = [g = shm_, leaders = hosts_->leaders, ps = pieces(tensors), ds = descs(tensors), numels, dtypes, rs, sigs,
+            what](c10d::Backend&) {
+      for (size_t i = 0; i < ps.size(); ++i) {
+        shm_reduce(*g, what, ps[i], numels[i], dtypes[i], rs[i], sigs[i], 0);
+        if (leaders) {
+          const at::Tensor v = ds[i].view();
+          Tensors c{to_host(v)};
+          c10d::AllreduceOptions o;
+          o.reduceOp = host_op(rs[i]);
+          leaders->allreduce(c, o)->wait();
+          from_host(v, c[0]);
+        }
+        shm_broadcast(*g, ps[i], 0, sigs[i], what);
+      }
+    };
+  }
+  return enqueue(name, type, tensors, tensors, std::move(shm), std::move(host));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) {

@@ -124,15 +124,21 @@ class NeuronWork : public c10d::Work {
 
 }  // namespace
 
-ProcessGroupNeuron::ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+ProcessGroupNeuron::ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& group_store, int rank, int size,
                                        std::chrono::milliseconds timeout, std::string label,
-                                       c10::intrusive_ptr<c10d::Backend> host)
-    : Backend(rank, size), timeout_(timeout), label_(std::move(label)), host_(std::move(host)) {
-  if (host_) return;
+                                       c10::intrusive_ptr<c10d::Backend> host, std::optional<Hosts> hosts)
+    : Backend(rank, size),
+      timeout_(timeout),
+      label_(std::move(label)),
+      host_(std::move(host)),
+      hosts_(std::move(hosts)) {
+  TORCH_CHECK(!hosts_ || host_, "neuron: a hybrid group needs the gloo group between hosts");
+  if (host_ && !hosts_) return;
+  const auto store = hosts_ ? hosts_->local_store : group_store;
   neuronrt::ShmGroupOptions o;
-  o.rank = rank;
-  o.size = size;
-  o.label = label_;
+  o.rank = hosts_ ? hosts_->local_rank : rank;
+  o.size = hosts_ ? hosts_->local_size : size;
+  o.label = hosts_ ? label_ + ", its ranks on this host" : label_;
   o.timeout = timeout;
   for (int d = 0; d < device_count(); ++d)
     o.share_fds.push_back(checked([&] { return runtime().memory(d).share_fd(); }));
@@ -199,7 +205,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(const char* name, c10
     ready.record(caller);
     ready.block(queue);
     seq = queue.submit(what.kernel.c_str(),
-                       [shm_group = shm_, host_backend = host_, shm = std::move(shm), host = std::move(host), status] {
+                       [shm_group = shm_, host_backend = host_, shm = std::move(shm), host = std::move(host), status,
+                        between = hosts_ ? "neuron: " + std::string(name).substr(8) + " on " + label_ +
+                                               " failed between hosts (" + hosts_->description + "): "
+                                         : std::string()] {
                          try {
                            if (host_backend) {
                              host(*host_backend);
@@ -207,9 +216,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(const char* name, c10
                              shm(*shm_group);
                            }
                          } catch (const std::exception& e) {
-                           status->error = e.what();
+                           // A hybrid group's errors from gloo say which hosts there are; those
+                           // of this host's ranks (CollectiveError) already name the ranks.
+                           const bool wrap = !between.empty() && !dynamic_cast<const neuronrt::CollectiveError*>(&e);
+                           status->error = wrap ? between + e.what() : e.what();
                            status->failed.store(true);
-                           if (shm_group) shm_group->abort(e.what());
+                           if (shm_group) shm_group->abort(status->error);
+                           if (wrap) throw std::runtime_error(status->error);
                            throw;
                          }
                        });

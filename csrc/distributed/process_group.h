@@ -14,9 +14,12 @@
 // - Transport: ranks on one host use each other's device memory in place (neuronrt::ShmGroup
 //   maps the peers' device memory files): a first round publishes where every rank's tensors
 //   are, each rank then does its share of the work reading and writing any rank's tensors, and a
-//   last round keeps them in place until all are done. A group spanning hosts stages through
-//   host memory into gloo, which the Python factory creates and hands in. Both run inside the
-//   task, so the ordering is the same.
+//   last round keeps them in place until all are done. A group spanning hosts is hybrid: the
+//   ranks of each host form a shared-memory group, and gloo (which the Python factory creates and
+//   hands in) runs between hosts. all_reduce is hierarchical (reduce inside each host onto its
+//   first rank, those leaders all-reduce over gloo, each broadcasts inside its host), so one
+//   share per host crosses the network; the other collectives stage through host memory into
+//   gloo over all ranks. All run inside the task, so the ordering is the same.
 // - Reductions run in rank order, each element on one rank, written to every rank: every rank
 //   gets bitwise the same result. 16-bit floats accumulate in float32.
 // - Checks that need only this rank (devices, dtypes, sizes, layout) raise at the call; checks
@@ -44,14 +47,25 @@ namespace torch_neuronx {
 
 class ProcessGroupNeuron : public c10d::Backend {
  public:
-  // `host` is null when every rank shares this host; otherwise the group runs over it.
+  // Where a hybrid group's ranks are: this host's ranks and the exchange between hosts.
+  struct Hosts {
+    c10::intrusive_ptr<c10d::Store> local_store;  // keys private to this host's ranks
+    int local_rank = 0;
+    int local_size = 1;
+    c10::intrusive_ptr<c10d::Backend> leaders;  // on each host's first rank only: gloo between hosts
+    std::string description;                    // which host this rank is on and which the others are
+  };
+  // `host` is null when every rank shares this host; otherwise collectives run over it (all of
+  // them, unless `hosts` makes the group hybrid).
   ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                     std::chrono::milliseconds timeout, std::string label, c10::intrusive_ptr<c10d::Backend> host);
+                     std::chrono::milliseconds timeout, std::string label, c10::intrusive_ptr<c10d::Backend> host,
+                     std::optional<Hosts> hosts = std::nullopt);
   ~ProcessGroupNeuron() override;
 
   const std::string getBackendName() const override { return "neuron"; }
   c10::intrusive_ptr<Options> getBackendOptions() override;
-  bool transport_is_shared_memory() const { return host_ == nullptr; }
+  // "shm" (one host), "host" (gloo for everything) or "hybrid" (shared memory inside hosts).
+  std::string transport() const { return host_ == nullptr ? "shm" : hosts_ ? "hybrid" : "host"; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -114,8 +128,9 @@ class ProcessGroupNeuron : public c10d::Backend {
 
   std::chrono::milliseconds timeout_;
   std::string label_;
-  std::shared_ptr<neuronrt::ShmGroup> shm_;  // shared with queued tasks
+  std::shared_ptr<neuronrt::ShmGroup> shm_;  // shared with queued tasks; a hybrid group's: this host's ranks
   c10::intrusive_ptr<c10d::Backend> host_;
+  std::optional<Hosts> hosts_;
   std::mutex mu_;
   std::optional<c10::Device> device_;  // bound at the first collective (or barrier's device)
   std::vector<c10::Stream> streams_;   // this group's streams on that device, by Lane

@@ -82,8 +82,8 @@ void shm_reduce(ShmGroup& g, const char* what, const Piece& mine, int64_t numel,
   finish(g);
 }
 
-void shm_broadcast(ShmGroup& g, const Piece& mine, int root, const std::string& sig) {
-  g.begin("broadcast", sig);
+void shm_broadcast(ShmGroup& g, const Piece& mine, int root, const std::string& sig, const char* what) {
+  g.begin(what, sig);
   const auto all = publish(g, {mine});
   const auto [lo, hi] = share(mine.bytes, g.size(), g.rank());
   for (int q = 0; q < g.size(); ++q) {

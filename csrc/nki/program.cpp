@@ -5,6 +5,7 @@
 #include <ATen/record_function.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <utility>
@@ -21,11 +22,14 @@ namespace {
 OpRecord& kernel_rec = typed_op("neuron::nki_kernel", "an NKI kernel's traced program, run as one task");
 
 // The tables Python reads (torch_neuronx/nki/language.py names its ops by these lists' order).
+// (clang-format's column layout gives up on this list and puts one name a line.)
+// clang-format off
 const std::vector<std::string> kActivations = {
-    "copy", "exp",  "log",      "tanh",       "sigmoid", "relu",     "gelu",    "gelu_apprx_tanh",
-    "silu", "sqrt", "rsqrt",    "reciprocal", "abs",     "negative", "square",  "sin",
-    "cos",  "sign", "softplus", "erf",        "arctan",  "gelu_dx",  "silu_dx", "mish",
-    "ceil", "floor"};
+    "copy", "exp", "log", "tanh", "sigmoid", "relu", "gelu", "gelu_apprx_tanh", "silu", "sqrt", "rsqrt",
+    "reciprocal", "abs", "negative", "square", "sin", "cos", "sign", "softplus", "erf", "arctan", "gelu_dx",
+    "silu_dx", "mish", "ceil", "floor", "tan", "trunc", "gelu_apprx_sigmoid", "gelu_apprx_sigmoid_dx",
+    "erf_dx"};
+// clang-format on
 const std::vector<std::string> kBinaries = {"add",           "subtract",    "multiply",   "divide",      "maximum",
                                             "minimum",       "power",       "equal",      "not_equal",   "greater",
                                             "greater_equal", "less",        "less_equal", "logical_and", "logical_or",
@@ -34,6 +38,7 @@ const std::vector<std::string> kBinaries = {"add",           "subtract",    "mul
 const std::vector<std::string> kReductions = {"add", "maximum", "minimum", "multiply"};
 
 constexpr double kLog2e = 1.4426950408889634;
+constexpr double kGeluSigmoid = 1.702;
 
 // fn(x), in place where ATen has the in-place op (x is the step's own fp32 copy).
 at::Tensor activate(int64_t fn, at::Tensor& x) {
@@ -97,6 +102,18 @@ at::Tensor activate(int64_t fn, at::Tensor& x) {
       return x.ceil_();
     case 25:
       return x.floor_();
+    case 26:
+      return x.tan_();
+    case 27:
+      return x.trunc_();
+    case 28:  // x·σ(1.702x), the sigmoid approximation of gelu
+      return x * (x * kGeluSigmoid).sigmoid_();
+    case 29: {  // its derivative: σ(kx) + kx·σ(kx)(1 − σ(kx))
+      const at::Tensor s = (x * kGeluSigmoid).sigmoid_();
+      return s + x * kGeluSigmoid * s * (1 - s);
+    }
+    case 30:  // d/dx erf = 2/√π · exp(−x²)
+      return (x * x).neg_().exp_().mul_(M_2_SQRTPI);
     default:
       TORCH_CHECK(false, "nki: unknown activation ", fn);
   }
@@ -273,6 +290,54 @@ at::Tensor scan(const at::Tensor& data0, const at::Tensor& data1, const at::Tens
   return out;
 }
 
+class Memory;
+
+// An engine's random number generators: per partition lane, `streams` XORWOW generators of six
+// 32-bit words (five xorshift words and a Weyl counter, Marsaglia's xorwow); a row's elements draw
+// from the lane's streams in turn. Every run starts from seed 0 (a program holds no state between
+// runs); the same seed gives the same numbers.
+class Rng {
+ public:
+  explicit Rng(int streams) : streams_(streams), state_(static_cast<size_t>(kLanes * streams * 6)) { seed(0); }
+  int64_t words() const { return int64_t{streams_} * 6; }
+
+  void seed(uint32_t seed) {
+    for (int64_t lane = 0; lane < kLanes; ++lane) {
+      uint64_t z = (uint64_t{seed} << 32) ^ static_cast<uint64_t>(lane * streams_);
+      for (int64_t w = 0; w < words(); ++w) {
+        z += 0x9E3779B97F4A7C15ull;  // splitmix64: distinct, well-mixed words per lane and stream
+        uint64_t v = z;
+        v = (v ^ (v >> 30)) * 0xBF58476D1CE4E5B9ull;
+        v = (v ^ (v >> 27)) * 0x94D049BB133111EBull;
+        state_[lane * words() + w] = static_cast<uint32_t>(v ^ (v >> 31)) | (w % 6 == 0 ? 1u : 0u);
+      }
+    }
+  }
+
+  uint32_t next(int64_t lane, int64_t stream) {
+    uint32_t* st = &state_[lane * words() + stream * 6];
+    uint32_t t = st[4];
+    const uint32_t s = st[0];
+    st[4] = st[3];
+    st[3] = st[2];
+    st[2] = st[1];
+    st[1] = s;
+    t ^= t >> 2;
+    t ^= t << 1;
+    t ^= s ^ (s << 4);
+    st[0] = t;
+    st[5] += 362437u;
+    return t + st[5];
+  }
+
+  void step(int64_t mode, Memory& mem, const Operand* o);
+
+ private:
+  static constexpr int64_t kLanes = 128;
+  int streams_;
+  std::vector<uint32_t> state_;
+};
+
 class Memory {
  public:
   Memory(const std::vector<at::Tensor>& hbm, const std::vector<at::Tensor>& constants, int64_t sbuf_row,
@@ -299,6 +364,8 @@ class Memory {
     return make_cpu_tensor(base.storage(), c10::scalarTypeToTypeMeta(o.dtype), o.sizes, o.strides, bytes / item);
   }
 
+  Rng& rng(int64_t engine) { return engine == 0 ? vector_rng_ : gpsimd_rng_; }
+
   // Writes `value` to `o`: a register takes it (fp32), memory casts it to its dtype.
   void write(const Operand& o, const at::Tensor& value) {
     if (o.space == kReg) {
@@ -315,7 +382,40 @@ class Memory {
   const std::vector<at::Tensor>& constants_;
   at::Tensor sbuf_, psum_;
   std::vector<at::Tensor> regs_;
+  Rng vector_rng_{4}, gpsimd_rng_{1};  // NKI's state sizes: 24 words per Vector lane, 6 per GpSimd lane
 };
+
+void Rng::step(int64_t mode, Memory& mem, const Operand* o) {
+  if (mode == 2) {
+    seed(static_cast<uint32_t>(mem.view(*o).reshape({-1})[0].item<int64_t>()));
+    return;
+  }
+  const int64_t parts = o->sizes.empty() ? 1 : o->sizes[0];
+  int64_t n = 1;
+  for (auto v : o->sizes) n *= v;
+  n /= std::max<int64_t>(parts, 1);
+  if (mode == 3 || mode == 4) {
+    TORCH_CHECK(n == words(), "nki: an RNG state tile holds ", words(), " words per partition, not ", n);
+    at::Tensor all = at::from_blob(state_.data(), {kLanes, words()}, at::kUInt32).narrow(0, 0, parts);
+    if (mode == 3) {
+      mem.write(*o, all.to(at::kLong));
+    } else {
+      all.copy_(mem.view(*o).reshape({parts, -1}).to(at::kLong).bitwise_and(0xFFFFFFFFll).to(at::kUInt32));
+    }
+    return;
+  }
+  at::Tensor out = at::empty({parts, n}, mode == 0 ? at::kLong : at::kFloat);
+  for (int64_t p = 0; p < parts; ++p) {
+    for (int64_t j = 0; j < n; ++j) {
+      const uint32_t bits = next(p, j % streams_);
+      if (mode == 0)
+        out.mutable_data_ptr<int64_t>()[p * n + j] = bits;
+      else  // the top 24 bits: every value a float32 holds exactly, 1 excluded
+        out.mutable_data_ptr<float>()[p * n + j] = static_cast<float>(bits >> 8) * 0x1p-24f;
+    }
+  }
+  mem.write(*o, out);
+}
 
 // A program runs on one host thread but for its largest matmuls. Its steps are tile-sized, and an
 // OpenMP team woken per step costs more than the step: libgomp stops spinning between regions once
@@ -427,8 +527,14 @@ void execute(Memory& mem, const Step& s, int team) {
       return;
     }
     case kWhere: {
-      const at::Tensor cond = mem.view(o[1]);
-      mem.write(o[0], at::where(cond, fp32(mem.view(o[2])), at::scalar_tensor(s.f[0])));
+      const at::Tensor cond = mem.view(o[1]), a = mem.view(o[2]);
+      if (o.size() > 3) {  // two tiles of one dtype select bit-exactly; otherwise in fp32
+        const at::Tensor b = mem.view(o[3]);
+        const bool same = a.scalar_type() == b.scalar_type();
+        mem.write(o[0], at::where(cond, same ? a : fp32(a), same ? b : fp32(b)));
+        return;
+      }
+      mem.write(o[0], at::where(cond, fp32(a), at::scalar_tensor(s.f[0])));
       return;
     }
     case kTop8: {
@@ -488,6 +594,40 @@ void execute(Memory& mem, const Step& s, int team) {
       mem.write(o[0], at::where(hit.any(2), first, at::scalar_tensor(int64_t{0xFFFFFFFF}, at::kLong)));
       return;
     }
+    case kGather: {
+      const at::Tensor data = mem.view(o[1]), index = mem.view(o[2]);
+      const at::Tensor rows = data.reshape({data.size(0), -1});
+      const at::Tensor idx = index.reshape({index.size(0), -1}).to(at::kLong);
+      TORCH_CHECK(idx.numel() == 0 || (idx.min().item<int64_t>() >= 0 && idx.max().item<int64_t>() < rows.size(1)),
+                  "nki: a gather index is outside its partition's ", rows.size(1), " elements");
+      mem.write(o[0], rows.gather(1, idx));
+      return;
+    }
+    case kMatchReplace8: {
+      at::Tensor data = fp32(mem.view(o[1])).reshape({mem.view(o[1]).size(0), -1}).contiguous().clone();
+      const at::Tensor vals = fp32(mem.view(o[2])).reshape({data.size(0), -1}).contiguous();
+      at::Tensor idx = at::full({data.size(0), vals.size(1)}, int64_t{0xFFFFFFFF}, at::kLong);
+      float* pd = data.mutable_data_ptr<float>();
+      const float* pv = vals.const_data_ptr<float>();
+      int64_t* pi = idx.mutable_data_ptr<int64_t>();
+      const int64_t n = data.size(1), k = vals.size(1);
+      const float imm = static_cast<float>(s.f[0]);
+      for (int64_t p = 0; p < data.size(0); ++p) {
+        for (int64_t j = 0; j < k; ++j) {
+          float* row = pd + p * n;
+          const float* hit = std::find(row, row + n, pv[p * k + j]);
+          if (hit == row + n) continue;
+          pi[p * k + j] = hit - row;
+          row[hit - row] = imm;
+        }
+      }
+      mem.write(o[0], data);
+      if (o.size() > 3) mem.write(o[3], idx);
+      return;
+    }
+    case kRng:
+      mem.rng(s.i[0]).step(s.i[1], mem, o.empty() ? nullptr : &o[0]);
+      return;
     case kDynCopy: {
       const at::Tensor index = mem.view(o[2]).reshape({-1});
       const int64_t v = index.to(at::kLong).item<int64_t>();

@@ -40,7 +40,7 @@ enum Op : int32_t {
   kReduce,           // o0 = reduce(o1) over dims i[2:], i0 op, i1 negate
   kMatmul,           // o0 (+)= o1ᵀ @ o2 (fp32 accumulation); i0 accumulate
   kTranspose,        // o0 = o1 with partition and (flattened) free dims swapped
-  kWhere,            // o0 = o1 (bool constant) ? o2 : f0
+  kWhere,            // o0 = o1 (bool) ? o2 : o3, or f0 without o3
   kTop8,             // o0 = the 8 largest of each partition of o1, descending
   kPartitionReduce,  // o0 = reduce(o1) over the partition dim; i0 op
   kMatmulGroup,      // o0 = Σ o[2i+1]ᵀ @ o[2i+2] by one 16-bit GEMM, rounded once (nki/_fuse.py)
@@ -48,7 +48,14 @@ enum Op : int32_t {
                      // flattened; a one-row o1/o2 serves all partitions); i: op0, op1, reverse0, reverse1,
                      // initial is an operand?
   kFindIndex8,       // o0[p, k] = the first j with o1[p, j] == o2[p, k] (free dims flattened)
-  kDynCopy = 16      // o0 = o1 with operand i0 (0: o0, 1: o1) moved by the integer o2 holds x i1 bytes, the
+  kRng,              // an engine's per-partition XORWOW generators (i0: 0 vector, 1 GpSimd); i1: 0 o0 =
+                     // 32 random bits each (int64), 1 o0 = uniform fp32 in [0, 1), 2 seed every lane from
+                     // o0's first value, 3 o0 = the lanes' states, 4 the lanes' states = o0 (uint32)
+  kGather,           // o0[p, k] = o1[p, o2[p, k]] (free dims flattened; an index past the row is an error)
+  kMatchReplace8,    // o0 = o1 with, for k = 0..7 in turn, the first element of partition p equal to o2[p, k]
+                     // replaced by f0 (so equal values match successive elements); o3 (if given) = those
+                     // indices, all ones where a value is absent; in fp32, free dims flattened
+  kDynCopy           // o0 = o1 with operand i0 (0: o0, 1: o1) moved by the integer o2 holds x i1 bytes, the
                      // integer within 0..i2
 };
 

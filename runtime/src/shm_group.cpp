@@ -514,6 +514,11 @@ void ShmGroup::wait(Ready ready, Missing missing, const char* waiting_for, const
     for (int r : missing()) {
       const int32_t pid = state(r)->pid.load();
       if (process_gone(pid)) {
+        // A rank that aborted the group and then exited (between this loop's two checks, on a
+        // busy host) is reported by its reason, which says more than its exit.
+        if (const std::string why = aborted_reason(); !why.empty()) {
+          throw CollectiveError("neuron: " + where() + " failed: " + why);
+        }
         fail("neuron: " + where() + " failed: rank " + std::to_string(r) + " (pid " + std::to_string(pid) +
              ") exited before joining it");
       }

@@ -313,6 +313,7 @@ def transport(ctx, check):
         raise Skip("only the neuron backend has transports")
     import torch_neuronx.distributed as nd
     want = "host" if os.environ.get("TORCH_NEURONX_DIST_TRANSPORT") == "host" else "shm"
+    want = os.environ.get("NEURONX_TEST_TRANSPORT", want)  # two hosts (test_two_hosts.py): hybrid
     check.equal("transport", nd.transport(), want)
 
 

@@ -36,6 +36,9 @@ class Launch:
             parts.append(f"--- rank {r} output (last {chars} chars) ---\n{log[-chars:]}")
         return "\n".join(parts)
 
+    def nranks(self) -> int:
+        return len(self.returncodes)
+
     def scenarios(self, prefix: str = "") -> list:
         """Every planned scenario name starting with `prefix`, in the order rank 0 planned them."""
         names = []
@@ -46,7 +49,7 @@ class Launch:
     def verdict(self, name: str):
         """("pass" | "skip" | "fail", message) for one scenario over all ranks."""
         per_rank, lines, seen = {}, [], {}
-        for r in range(len(self.returncodes)):
+        for r in range(self.nranks()):
             rec = self.ranks.get(r)
             res = rec["results"].get(name) if rec else None
             if res is None:

@@ -4,7 +4,7 @@ import importlib
 
 import common
 
-SUITES = ("collectives", "dtensor", "train")
+SUITES = ("collectives", "dtensor", "train", "hosts")
 
 
 def main():

@@ -92,8 +92,9 @@ class _Traced:
 class Kernel:
     """What `nki.jit` returns: call it, or launch an SPMD grid with `kernel[gx, gy](...)`."""
 
-    def __init__(self, fn, grid=(1,), cache=None):
+    def __init__(self, fn, grid=(1,), cache=None, launch=None):
         self.fn, self.grid = fn, grid
+        self.launch = grid if launch is None else launch  # the grid as written: nl.nc places programs
         self._cache = {} if cache is None else cache
         functools.update_wrapper(self, fn)
 
@@ -103,7 +104,7 @@ class Kernel:
         grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
         if not grid:
             raise ValueError("nki: a launch grid has at least one dimension")
-        return Kernel(self.fn, tuple(language.grid_size(g) for g in grid), self._cache)
+        return Kernel(self.fn, tuple(language.grid_size(g) for g in grid), self._cache, grid)
 
     def __call__(self, *args, **kwargs):
         return _run(self, args, kwargs, "auto")
@@ -279,14 +280,20 @@ def simulate(kernel):
     return functools.wraps(kernel.fn)(lambda *args, **kwargs: _run(kernel, args, kwargs, "simulate"))
 
 
-def estimate(kernel, profile: str | None = None):
+def estimate(kernel, profile: str | None = None, lnc: int = 1):
     """`nki.estimate(kernel)(*args)`: the kernel's cost-model estimate (_cost.Estimate) on the current
-    device profile, or `profile="trn2"` / `"trn3"`. Nothing runs; arguments give shapes and dtypes."""
+    device profile, or `profile="trn2"` / `"trn3"`. Nothing runs; arguments give shapes and dtypes.
+    The programs of a launch grid run on the physical cores `nl.nc` names (concurrently, each with
+    its own engines and DMA queues); a grid without `nl.nc` shares its programs out over `lnc`
+    cores (2: a logical core of two, nki-library's `kernel[2]`) or runs them on one."""
     kernel = jit(kernel)
+    if lnc not in _profile.LNC_DEGREES:
+        raise ValueError(f"nki.estimate: lnc={lnc!r}; a logical NeuronCore groups 1 or 2 physical cores")
 
     def run(*args, **kwargs):
         traced, _ = kernel._traced(args, kwargs, _profile.current(profile))
-        return _cost.estimate(traced.trace.instrs, traced.trace.profile)
+        return _cost.estimate(traced.trace.instrs, traced.trace.profile,
+                              lambda pid: language.core_of(kernel.launch, pid, lnc))
 
     return run
 

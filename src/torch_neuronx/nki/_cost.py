@@ -39,13 +39,15 @@ class Estimate:
     latency_us: float = 0.0
     flops: int = 0
     dma_bytes: int = 0
+    cores: int = 1  # physical cores the launch grid's programs ran on
 
     @property
     def tflops(self) -> float:
         return self.flops / (self.latency_us * 1e-6) / 1e12 if self.latency_us else 0.0
 
     def __str__(self):
-        lines = [f"estimate of {self.profile} hardware (cost model, one NeuronCore): {self.latency_us:.2f} us, "
+        where = "one NeuronCore" if self.cores == 1 else f"{self.cores} physical NeuronCores"
+        lines = [f"estimate of {self.profile} hardware (cost model, {where}): {self.latency_us:.2f} us, "
                  f"{self.tflops:.2f} TFLOP/s, {self.dma_bytes / 1e6:.2f} MB moved by DMA"]
         for e in ENGINES:
             if self.instructions.get(e):
@@ -69,16 +71,19 @@ def _overlaps(entries, lo, hi):
     return [e for e in entries if e[0] < hi and lo < e[1]]
 
 
-def estimate(instrs, profile: _profile.CoreProfile) -> Estimate:
+def estimate(instrs, profile: _profile.CoreProfile, core_of=None) -> Estimate:
+    """`core_of(program_id)`: the physical core a program of the launch grid runs on (all on one by
+    default). Each core has its own engines and DMA queues; programs meet only in shared HBM."""
     hz = {"tensor": profile.tensor_hz, "vector": profile.vector_hz, "scalar": profile.scalar_hz,
           "gpsimd": profile.gpsimd_hz}
     out = Estimate(profile.name, {e: 0 for e in ENGINES}, {e: 0.0 for e in ENGINES}, {e: 0.0 for e in ENGINES})
-    free = {e: 0.0 for e in hz}
-    queues = [0.0] * profile.dma_queues
+    cores: dict = {}  # core -> (engines' free times, its DMA queues)
     writes: dict = {}  # storage id -> [(lo, hi, finish)]
     reads: dict = {}
     end = 0.0
     for ins in instrs:
+        core = core_of(ins.program) if core_of is not None else 0
+        free, queues = cores.setdefault(core, ({e: 0.0 for e in hz}, [0.0] * profile.dma_queues))
         ready = 0.0
         for st, lo, hi in ins.reads:
             for e in _overlaps(writes.get(st.id, ()), lo, hi):
@@ -119,4 +124,5 @@ def estimate(instrs, profile: _profile.CoreProfile) -> Estimate:
             if st.id in reads:
                 reads[st.id] = [e for e in reads[st.id] if not (e[0] >= lo and e[1] <= hi and e[2] <= finish)]
     out.latency_us = end / 1e3
+    out.cores = max(1, len(cores))
     return out

@@ -26,7 +26,7 @@ _state = threading.local()
 # Step codes and operand spaces of csrc/nki/program.h.
 COPY, FILL, ACTIVATE, BINARY, REDUCE, MATMUL, TRANSPOSE, WHERE, TOP8, PARTITION_REDUCE = range(10)
 SCAN, FIND_INDEX8 = 11, 12  # (10 is _fuse's matmul group)
-DYN_COPY = 16
+RNG, GATHER, MATCH_REPLACE8, DYN_COPY = 13, 14, 15, 16
 _HBM, _SBUF, _PSUM, _CONST, _REG = range(5)
 ACCUMULATOR = 7  # the register activation's reduce_cmd accumulates into
 REGISTERS = 8
@@ -42,7 +42,7 @@ def active() -> "Trace":
 
 class Instr:
     __slots__ = ("name", "engine", "cycles", "dma_bytes", "dma_row_bytes", "reads", "writes", "steps", "flops",
-                 "line")
+                 "line", "program")
 
     def __repr__(self):
         return f"Instr({self.name} on {self.engine}, line {self.line})"
@@ -162,6 +162,7 @@ class Trace:
                                 f"not supported yet; load it with nisa.dma_copy\n  at {kernel_line()}")
         ins = Instr()
         ins.name, ins.engine, ins.cycles, ins.steps, ins.flops = name, engine, cycles, steps, flops
+        ins.program = self.program_id
         ins.dma_bytes, ins.dma_row_bytes = dma if dma else (0, 0)
         ins.reads = [(t.storage, *_span(t)) for t in reads if isinstance(t, NkiTensor)]
         ins.writes = [(t.storage, *_span(t)) for t in writes if isinstance(t, NkiTensor)]

@@ -21,14 +21,26 @@ from ._isa_core import (
 from ._isa_more import (
     nc_find_index8, range_select, select_reduce, tensor_scalar_cumulative, tensor_scalar_reduce, tensor_tensor_scan,
 )
+from ._isa_extra import (
+    VirtualRegister, activate2, dma_compute, exponential, nc_match_replace8, nc_matmul_mx, nc_n_gather,
+    nc_stream_shuffle, nonzero_with_count, quantize_mx, register_alloc, register_load, register_move, register_store,
+    sequence_bounds, tensor_copy_predicated,
+)
+from ._isa_rng import dropout, rand2, rand_get_state, rand_set_state, rng, set_rng_seed
+
+dma_engine = engine.dma  # NKI's name for the DMA engine (as an `engine=` value)
 
 __all__ = ["dma_copy", "dma_transpose", "tensor_copy", "memset", "iota", "affine_select", "tensor_tensor",
            "tensor_scalar", "scalar_tensor_tensor", "tensor_reduce", "tensor_partition_reduce", "activation",
            "activation_reduce",
            "reciprocal", "nc_matmul", "nc_transpose", "bn_stats", "bn_aggr", "max8", "tensor_tensor_scan",
            "tensor_scalar_reduce", "tensor_scalar_cumulative", "nc_find_index8", "range_select",
-           "select_reduce", "engine", "reduce_cmd", "tensor_engine", "vector_engine", "scalar_engine",
-           "gpsimd_engine",
+           "select_reduce", "tensor_copy_predicated", "nc_stream_shuffle", "sequence_bounds",
+           "rng", "rand2", "dropout", "set_rng_seed", "rand_set_state", "rand_get_state", "nc_matmul_mx",
+           "quantize_mx", "nc_n_gather", "nonzero_with_count", "exponential", "activate2", "nc_match_replace8",
+           "dma_compute", "register_alloc", "register_move", "register_load", "register_store",
+           "VirtualRegister", "engine", "dma_engine", "reduce_cmd", "tensor_engine", "vector_engine",
+           "scalar_engine", "gpsimd_engine",
            "nc_version", "get_nc_version", "dge_mode", "oob_mode", "matmul_perf_mode", "NkiValidationError"]
 
 
@@ -43,5 +55,13 @@ for _enum in (engine, reduce_cmd, nc_version, dge_mode, oob_mode, matmul_perf_mo
 
 # A documented instruction not implemented yet imports fine and raises "not supported yet" when used.
 from . import _api  # noqa: E402
+
+# Documented, not implemented, and why (each raises "not supported yet" with its reason when used).
+_CORES = ("the programs of an SPMD launch run one after another on the software core, so one core "
+          "cannot wait for or receive from another that has not run yet")
+for _name, _why in (("core_barrier", _CORES), ("sendrecv", _CORES),
+                    ("local_gather", "the layout of the gathered elements across a GpSimd core's 16 partitions "
+                                     "(NKI's NumPy reference) is not reproduced here yet")):
+    globals()[_name] = _api.NotSupportedYet(f"nisa.{_name}", _why)
 
 __getattr__ = _api.module_getattr("nki.isa", "nisa")

@@ -111,11 +111,12 @@ sequential_range = static_range = affine_range
 
 
 def dynamic_range(*args, **_):
-    """A loop the hardware runs with a register as its trip count. Over ints known at trace time it is
-    the same loop unrolled (same result); over a runtime register it needs the executor's loops."""
-    if not all(isinstance(a, int) and not isinstance(a, bool) for a in args):
-        raise NkiTraceError("nl.dynamic_range over a runtime register (nisa.register_*) is not supported yet; "
-                            "its bounds must be ints known when the kernel is traced")
+    """A loop the hardware runs with a register as its trip count. Over ints, or registers holding
+    values known at trace time (nisa.register_alloc(n)), it is the same loop unrolled (same result)."""
+    args = tuple(a.known("nl.dynamic_range") if isinstance(a, nisa.VirtualRegister) else a for a in args)
+    if not builtins.all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+        raise NkiTraceError("nl.dynamic_range over a runtime register (a value read on the device) is not supported "
+                            "yet; its bounds must be ints or registers known when the kernel is traced")
     return range(*args)
 
 
@@ -185,6 +186,25 @@ def grid_size(g):
     if not isinstance(g, int) or isinstance(g, bool) or g < 1:
         raise ValueError(f"nki: a launch grid entry is a positive int, nl.nc(n) or nl.spmd_dim(...), got {g!r}")
     return g
+
+
+def core_of(launch, pid, lnc=1) -> int:
+    """The physical core (of a logical NeuronCore) program `pid` of launch grid `launch` runs on: the
+    index along its `nl.nc` factor; without one, programs go round-robin over `lnc` cores (how a
+    plain `kernel[2]` shares out under LNC=2, as nki-library's kernels are launched)."""
+    for entry, i in zip(launch, pid):
+        if isinstance(entry, nc):
+            return i
+        if isinstance(entry, spmd_dim):
+            for f in reversed(entry.factors):  # row-major: the last factor varies fastest
+                n = f.n if isinstance(f, nc) else f
+                if isinstance(f, nc):
+                    return i % n
+                i //= n
+    flat = 0
+    for entry, i in zip(launch, pid):
+        flat = flat * grid_size(entry) + i
+    return flat % lnc
 
 
 def arange(*args):
@@ -359,6 +379,11 @@ arctan = _Op("arctan", act="arctan")
 mish = _Op("mish", act="mish")
 ceil = _Op("ceil", act="ceil")
 floor = _Op("floor", act="floor")
+tan = _Op("tan", act="tan")
+trunc = _Op("trunc", act="trunc")
+gelu_apprx_sigmoid = _Op("gelu_apprx_sigmoid", act="gelu_apprx_sigmoid")
+gelu_apprx_sigmoid_dx = _Op("gelu_apprx_sigmoid_dx", act="gelu_apprx_sigmoid_dx")
+erf_dx = _Op("erf_dx", act="erf_dx")
 
 
 # --- data movement -----------------------------------------------------------------------------
@@ -483,8 +508,16 @@ def mean(x, axis, dtype=None, keepdims=False, mask=None):
     return multiply(s, 1.0 / count, dtype=dtype or x.dtype)
 
 
+# The second round's names, lowered to nki.isa in _nl_extra.py (imported last: it reads this module).
+from ._nl_extra import (  # noqa: E402,F401  (re-exported: nl.softmax, ...)
+    all, dropout, expand_dims, invert, load_transpose2d, rand, random_seed, rms_norm, shared_constant, softmax, where,
+)
+
 # A documented name not implemented yet imports fine and raises "not supported yet" when used (_api.py).
 __getattr__ = _api.module_getattr("nki.language", "nl")
+device_print = _api.NotSupportedYet(
+    "nl.device_print", "a traced program has no channel back to the host while it runs; store the tile to an "
+                       "output tensor and print it after the kernel")
 
 
 # nl.copy is the tile-copy function and, as in NKI, also the identity activation (`op=nl.copy`).
