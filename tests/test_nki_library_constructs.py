@@ -354,3 +354,78 @@ def test_abs_as_an_alu_op_elsewhere_says_why():
         nki.simulate(abs_elsewhere)(x, "operand")
     with pytest.raises(NkiValidationError, match="tensor_tensor: op: nl.abs is an ALU op of tensor_scalar"):
         nki.simulate(abs_elsewhere)(x, "tensor_tensor")
+
+
+@nki.jit
+def nonzero_rows(x, offset):
+    # find_nonzero_indices' layout: a [128, tiles, 128] tile (T = tiles x 128 per partition, past the
+    # old 1024-element limit), compacted on each GpSimd core's partition into [128, 1, T + 1].
+    p, t = x.shape
+    src = nl.ndarray((p, t // 128, 128), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=src, src=x.reshape((p, t // 128, 128)))
+    dst = nl.ndarray((p, 1, t + 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.memset(dst=dst, value=7)
+    nisa.nonzero_with_count(dst=dst, src=src, index_offset=offset, padding_val=-1)
+    out = nl.ndarray((p, t + 1), dtype=nl.int32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=dst.reshape((p, t + 1)))
+    return out
+
+
+def test_nonzero_with_count_takes_free_dims_and_long_rows():
+    torch.manual_seed(0)
+    x = (torch.rand(128, 4096) < 0.05).float() * torch.randn(128, 4096)
+    x[32] = 0.0
+    got = both(nonzero_rows, x, 10)
+    want = torch.full((128, 4097), 7, dtype=torch.int32)
+    for p in range(0, 128, 16):
+        hits = (x[p] != 0).nonzero().view(-1)
+        want[p] = -1
+        want[p, :hits.numel()] = hits.int() + 10
+        want[p, 4096] = hits.numel()
+    assert torch.equal(got, want)
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class RotationConfig(nl.NKIObject):
+    # rotational_topk's config: a frozen dataclass whose dict of constant files is left out of its own
+    # __hash__/__eq__, and the file a kernel reads with nl.shared_constant(path).
+    rows: int
+    files: dict
+
+    def __hash__(self):
+        return hash(self.rows)
+
+    def __eq__(self, other):
+        return isinstance(other, RotationConfig) and self.rows == other.rows
+
+
+@nki.jit
+def gather_by_constant(x, config):
+    # nc_n_gather of uint32 data by uint32 indices read from a .npy constant; the older-generation
+    # branch is chosen by comparing generations, as rotational_topk does.
+    idx_hbm = nl.shared_constant(config.files["idx"])
+    p, f = x.shape
+    data = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=data, src=x)
+    idx = nl.ndarray((p, f), dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=idx_hbm)
+    out = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf)
+    if nisa.get_nc_version() <= nisa.nc_version.gen2:
+        nisa.tensor_copy(dst=out, src=data)
+    else:
+        nisa.nc_n_gather(dst=out, data=data, indices=idx)
+    res = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=res, src=out)
+    return res
+
+
+def test_a_config_with_its_own_hash_a_constant_file_and_uint32_gathers(tmp_path):
+    x = torch.randint(0, 2 ** 31, (4, 16), dtype=torch.int64).to(torch.uint32)
+    perm = torch.stack([torch.randperm(16) for _ in range(4)]).to(torch.int32)
+    np.save(tmp_path / "idx.npy", perm.numpy().astype(np.uint32))
+    config = RotationConfig(4, {"idx": str(tmp_path / "idx.npy")})
+    got = both(gather_by_constant, x, config)
+    assert torch.equal(got.long(), torch.gather(x.long(), 1, perm.long()))
+    assert nisa.nc_version.gen2 < nisa.nc_version.gen3 <= nisa.get_nc_version()
+    with pytest.raises(NkiValidationError, match="not a readable .npy file"):
+        nki.simulate(gather_by_constant)(x, RotationConfig(5, {"idx": str(tmp_path / "absent.npy")}))

@@ -600,7 +600,26 @@ void execute(Memory& mem, const Step& s, int team) {
       const at::Tensor idx = index.reshape({index.size(0), -1}).to(at::kLong);
       TORCH_CHECK(idx.numel() == 0 || (idx.min().item<int64_t>() >= 0 && idx.max().item<int64_t>() < rows.size(1)),
                   "nki: a gather index is outside its partition's ", rows.size(1), " elements");
-      mem.write(o[0], rows.gather(1, idx));
+      // ATen's CPU gather has no unsigned 16/32-bit kernel: move the same bits as the signed type.
+      const at::ScalarType st = rows.scalar_type();
+      const at::ScalarType as = st == at::kUInt32 ? at::kInt : st == at::kUInt16 ? at::kShort : st;
+      mem.write(o[0], rows.view(as).gather(1, idx).view(st));
+      return;
+    }
+    case kNonzero: {  // a compaction: one pass along each partition's row
+      const at::Tensor src = fp32(mem.view(o[1])).reshape({mem.view(o[1]).size(0), -1}).contiguous();
+      const int64_t parts = src.size(0), t = src.size(1);
+      at::Tensor out = at::full({parts, t + 1}, s.f[1], at::kDouble);
+      const float* ps = src.const_data_ptr<float>();
+      double* po = out.mutable_data_ptr<double>();
+      for (int64_t p = 0; p < parts; ++p) {
+        int64_t n = 0;
+        for (int64_t j = 0; j < t; ++j) {
+          if (ps[p * t + j] != 0.0f) po[p * (t + 1) + n++] = static_cast<double>(j) + s.f[0];
+        }
+        po[p * (t + 1) + t] = static_cast<double>(n);
+      }
+      mem.write(o[0], out);
       return;
     }
     case kMatchReplace8: {

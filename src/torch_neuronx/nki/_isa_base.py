@@ -3,6 +3,7 @@ lowering helpers of instructions built from several steps (see isa.py)."""
 from __future__ import annotations
 
 import enum
+import functools
 
 import torch
 
@@ -33,10 +34,17 @@ class reduce_cmd(enum.Enum):  # noqa: N801
     load_reduce = 4
 
 
+@functools.total_ordering
 class nc_version(enum.Enum):  # noqa: N801
+    """The NeuronCore generations, ordered (kernels test `get_nc_version() <= nc_version.gen2`)."""
     gen2 = 2
     gen3 = 3
     gen4 = 4
+
+    def __lt__(self, other):
+        if not isinstance(other, nc_version):
+            return NotImplemented
+        return self.value < other.value
 
 
 class dge_mode(enum.Enum):  # noqa: N801
