@@ -217,8 +217,9 @@ def gather_rows(table, ids):
 
 
 @nki.jit
-def scatter_rows(rows, ids, out):
-    # The other side: each row written where an id read at run time says.
+def scatter_rows(rows, ids, out, oob=None):
+    # The other side: each row written where an id read at run time says (oob_mode=skip: an id past
+    # the table writes nothing, as indexed_flatten pads its row offsets).
     n, v = rows.shape
     ids_sb = nl.ndarray((1, n), dtype=ids.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=ids_sb, src=ids.reshape((1, n)))
@@ -226,7 +227,7 @@ def scatter_rows(rows, ids, out):
     nisa.dma_copy(dst=t, src=rows)
     for i in range(n):
         nisa.dma_copy(dst=out.ap([[v, 1], [1, v]], scalar_offset=ids_sb.ap([[n, 1], [1, 1]], offset=i),
-                                 indirect_dim=0), src=t[i:i + 1, :])
+                                 indirect_dim=0), src=t[i:i + 1, :], oob_mode=oob)
     return out
 
 
@@ -246,6 +247,16 @@ def test_a_dma_offset_read_at_run_time_scatters_rows():
     assert torch.equal(nki.simulate(scatter_rows)(rows, ids, torch.zeros(10, 16)), want)
     out = torch.zeros(10, 16, device=N)
     assert torch.equal(scatter_rows(rows.to(N), ids.to(N), out).cpu(), want)
+
+
+def test_oob_mode_skip_drops_a_dma_whose_run_time_offset_leaves_the_tensor():
+    rows, ids = torch.randn(3, 16), torch.tensor([4, -1000000, 12], dtype=torch.int32)
+    want = torch.zeros(10, 16)
+    want[4] = rows[0]
+    got = both(scatter_rows, rows, ids, torch.zeros(10, 16), nisa.oob_mode.skip)
+    assert torch.equal(got, want)
+    with pytest.raises(RuntimeError, match="read -1000000"):
+        nki.simulate(scatter_rows)(rows, ids, torch.zeros(10, 16), nisa.oob_mode.error)
 
 
 def test_a_run_time_offset_past_the_tensor_is_an_error():
@@ -429,3 +440,44 @@ def test_a_config_with_its_own_hash_a_constant_file_and_uint32_gathers(tmp_path)
     assert nisa.nc_version.gen2 < nisa.nc_version.gen3 <= nisa.get_nc_version()
     with pytest.raises(NkiValidationError, match="not a readable .npy file"):
         nki.simulate(gather_by_constant)(x, RotationConfig(5, {"idx": str(tmp_path / "absent.npy")}))
+
+
+@nki.jit
+def halves_meet(x):
+    # rmsnorm_tkg/indexed_flatten under LNC 2: each program works on its half of the rows; sendrecv
+    # swaps the halves' SBUF tiles, and after a core_barrier each reads what the other wrote to HBM.
+    rank, h = nl.program_id(0), x.shape[0] // 2
+    mine = nl.ndarray((h, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=mine, src=x[rank * h:(rank + 1) * h, :])
+    theirs = nl.ndarray((h, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.sendrecv(src=mine, dst=theirs, send_to_rank=1 - rank, recv_from_rank=1 - rank, pipe_id=0)
+    both_halves = nl.ndarray((h, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=both_halves, data1=mine, data2=theirs, op=nl.subtract)
+    swapped = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=swapped[rank * h:(rank + 1) * h, :], src=both_halves)
+    nisa.core_barrier(swapped, cores=[0, 1])
+    other = nl.ndarray((h, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=other, src=swapped[(1 - rank) * h:(2 - rank) * h, :])
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out[rank * h:(rank + 1) * h, :], src=other)
+    return swapped, out
+
+
+def test_programs_meet_by_sendrecv_and_core_barrier():
+    x = torch.randn(16, 8)
+    swapped, out = both(halves_meet[2], x)
+    top, bottom = x[:8], x[8:]
+    assert torch.equal(swapped, torch.cat([top - bottom, bottom - top]))
+    assert torch.equal(out, torch.cat([bottom - top, top - bottom]))
+
+
+@nki.jit
+def one_waits(x):
+    if nl.program_id(0) == 0:
+        nisa.core_barrier(x, cores=[0, 1])
+    return x
+
+
+def test_a_barrier_only_one_program_reaches_is_an_error():
+    with pytest.raises(NkiValidationError, match=r"pass \[1, 0\] barriers"):
+        nki.simulate(one_waits[2])(torch.zeros(2, 2))

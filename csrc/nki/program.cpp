@@ -650,6 +650,7 @@ void execute(Memory& mem, const Step& s, int team) {
     case kDynCopy: {
       const at::Tensor index = mem.view(o[2]).reshape({-1});
       const int64_t v = index.to(at::kLong).item<int64_t>();
+      if ((v < 0 || v > s.i[2]) && s.i.size() > 3 && s.i[3] != 0) return;  // oob_mode=skip: no transfer
       TORCH_CHECK(v >= 0 && v <= s.i[2], "nki: a DMA's run-time offset (scalar_offset=) read ", v,
                   " from SBUF; the access stays inside its tensor for 0..", s.i[2]);
       Operand moved = o[s.i[0]];

@@ -56,7 +56,7 @@ enum Op : int32_t {
                      // replaced by f0 (so equal values match successive elements); o3 (if given) = those
                      // indices, all ones where a value is absent; in fp32, free dims flattened
   kDynCopy,          // o0 = o1 with operand i0 (0: o0, 1: o1) moved by the integer o2 holds x i1 bytes, the
-                     // integer within 0..i2
+                     // integer within 0..i2 (else an error, or no transfer where i3 is 1: oob_mode=skip)
   kNonzero           // per partition p of o1 (free dims flattened, T elements): o0[p, :N] = the indices
                      // (+ f0) of its N nonzero elements in order, o0[p, N:T] = f1, o0[p, T] = N
 };

@@ -177,11 +177,17 @@ class Kernel:
         result = None
         with trace:
             trace.grid = self.grid
+            phases = []
             for n, pid in enumerate(itertools.product(*(range(g) for g in self.grid))):
-                trace.program_id, trace.shared_cursor = pid, 0
+                trace.program_id, trace.shared_cursor, trace.phase = pid, 0, 0
                 out = self.fn(*sym_args, **sym_kwargs)
+                phases.append(trace.phase)
                 if n == 0:
                     result = out
+            if len(set(phases)) > 1:
+                raise NkiValidationError(f"nki: core_barrier/sendrecv: the programs of {self.fn.__name__}'s launch "
+                                         f"pass {phases} barriers and exchanges (by program): a core would wait "
+                                         f"for one that never arrives")
         returned = result if isinstance(result, (tuple, list)) else (() if result is None else (result,))
         for r in returned:
             # An argument comes back as the caller's own tensor, written in place (nki-library's

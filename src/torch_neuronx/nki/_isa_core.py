@@ -47,7 +47,8 @@ def dma_copy(dst, src, priority=None, oob_mode=None, dge_mode=None, engine=None,
     moved, side = (src, 1) if src.dynamic is not None else (dst, 0)
     index, step = moved.dynamic
     # The largest index that keeps every element inside the tensor; the program checks it when it
-    # reads the index (oob_mode=error, the default: a DMA out of bounds is an error).
+    # reads the index (oob_mode=error, the default: a DMA out of bounds is an error; oob_mode=skip:
+    # an access reaching outside is not made, in whole, as indexed_flatten's padded rows expect).
     total = math.prod(moved.storage.shape) * moved.storage.dtype.itemsize // moved.dtype.itemsize
     lo, hi = T.span_elements(moved)
     largest = (total - 1 - hi) // step if step > 0 else 2 ** 62
@@ -55,8 +56,13 @@ def dma_copy(dst, src, priority=None, oob_mode=None, dge_mode=None, engine=None,
     reads = [src, index] if side == 0 else [whole, index]
     writes = [whole] if side == 0 else [dst]
     T.active().emit(ins, "dma", reads=reads, writes=writes,
-                    steps=[(T.DYN_COPY, [dst, src, index], [side, step * moved.dtype.itemsize, largest], [])],
+                    steps=[(T.DYN_COPY, [dst, src, index],
+                            [side, step * moved.dtype.itemsize, largest, int(_skips(oob_mode))], [])],
                     dma=(nbytes, _row_bytes(hbm_side)))
+
+
+def _skips(oob_mode) -> bool:
+    return oob_mode is not None and getattr(oob_mode, "name", oob_mode) == "skip"
 
 
 _DMA_TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}

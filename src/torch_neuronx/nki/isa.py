@@ -40,7 +40,7 @@ __all__ = ["dma_copy", "dma_transpose", "tensor_copy", "memset", "iota", "affine
            "quantize_mx", "nc_n_gather", "nonzero_with_count", "exponential", "activate2", "nc_match_replace8",
            "dma_compute", "register_alloc", "register_move", "register_load", "register_store",
            "VirtualRegister", "engine", "dma_engine", "reduce_cmd", "tensor_engine", "vector_engine",
-           "scalar_engine", "gpsimd_engine",
+           "scalar_engine", "gpsimd_engine", "core_barrier", "sendrecv",
            "nc_version", "get_nc_version", "dge_mode", "oob_mode", "matmul_perf_mode", "NkiValidationError"]
 
 
@@ -53,15 +53,14 @@ constants = sys.modules[__name__ + ".constants"] = types.ModuleType(__name__ + "
 for _enum in (engine, reduce_cmd, nc_version, dge_mode, oob_mode, matmul_perf_mode):
     setattr(constants, _enum.__name__, _enum)
 
+from ._isa_cores import core_barrier, sendrecv  # noqa: E402
+
 # A documented instruction not implemented yet imports fine and raises "not supported yet" when used.
 from . import _api  # noqa: E402
 
 # Documented, not implemented, and why (each raises "not supported yet" with its reason when used).
-_CORES = ("the programs of an SPMD launch run one after another on the software core, so one core "
-          "cannot wait for or receive from another that has not run yet")
-for _name, _why in (("core_barrier", _CORES), ("sendrecv", _CORES),
-                    ("local_gather", "the layout of the gathered elements across a GpSimd core's 16 partitions "
-                                     "(NKI's NumPy reference) is not reproduced here yet")):
+for _name, _why in (("local_gather", "the layout of the gathered elements across a GpSimd core's 16 partitions "
+                                     "(NKI's NumPy reference) is not reproduced here yet"),):
     globals()[_name] = _api.NotSupportedYet(f"nisa.{_name}", _why)
 
 __getattr__ = _api.module_getattr("nki.isa", "nisa")
