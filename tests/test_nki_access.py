@@ -244,7 +244,7 @@ def test_what_is_not_supported_yet_says_so():
     # covers that one) read addresses from SBUF at run time: not supported yet.
     t = torch.zeros(16, 32)
     for body in (lambda x: sbuf((16, 32)).ap([[32, 16], [1, 32]], 0, scalar_offset=sbuf((1, 1))),
-                 lambda x: x.ap([[32, 16], [1, 32]], 0, vector_offset=sbuf((16, 1))),
+                 lambda x: sbuf((16, 32)).ap([[32, 16], [1, 32]], 0, vector_offset=sbuf((16, 1))),
                  lambda x: x.ap([[32, 16], [-1, 32]], 31),
                  lambda x: x.indirect(sbuf((16, 1))), lambda x: x.vector_select(0, sbuf((16, 1))),
                  lambda x: x.select(0, sbuf((1, 1)))):

@@ -280,7 +280,7 @@ def dynamic_into_an_engine(table, ids):
 def test_run_time_offsets_are_for_dma_only_and_one_per_access():
     with pytest.raises(nki.NkiTraceError, match="dma_transpose on an access pattern with a run-time offset"):
         nki.simulate(dynamic_into_an_engine)(torch.randn(4, 8), torch.tensor([1], dtype=torch.int32))
-    with pytest.raises(NotImplementedError, match="vector_offset"):
+    with pytest.raises(nki.NkiTraceError, match="dma_transpose on an access pattern with a run-time offset"):
         nki.simulate(vector_offset_kernel)(torch.randn(4, 8))
 
 
@@ -288,7 +288,9 @@ def test_run_time_offsets_are_for_dma_only_and_one_per_access():
 def vector_offset_kernel(x):
     idx = nl.ndarray((4, 1), dtype=nl.int32, buffer=nl.sbuf)
     nisa.memset(dst=idx, value=0)
-    return x.ap([[8, 4], [1, 8]], vector_offset=idx, indirect_dim=0)
+    t = nl.ndarray((8, 4), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_transpose(dst=t, src=x.ap([[8, 4], [1, 8]], vector_offset=idx, indirect_dim=0))
+    return x
 
 
 @nki.jit
@@ -481,3 +483,44 @@ def one_waits(x):
 def test_a_barrier_only_one_program_reaches_is_an_error():
     with pytest.raises(NkiValidationError, match=r"pass \[1, 0\] barriers"):
         nki.simulate(one_waits[2])(torch.zeros(2, 2))
+
+
+@nki.jit
+def scatter_by_vector(vals, flat_ids, out, oob=None):
+    # router_topk's indirect scatter: value i of an SBUF column lands at element flat_ids[i] of the
+    # flattened HBM output (each offset scaled by the tensor's step along the indirect dim, 1 here).
+    n = vals.shape[0]
+    v = nl.ndarray((n, 1), dtype=vals.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=v, src=vals.reshape((n, 1)))
+    ids = nl.ndarray((n, 1), dtype=flat_ids.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ids, src=flat_ids.reshape((n, 1)))
+    flat = out.reshape((out.shape[0] * out.shape[1],))
+    nisa.dma_copy(dst=flat.ap([[7, n], [1, 1]], offset=0, vector_offset=ids, indirect_dim=0), src=v, oob_mode=oob)
+    return out
+
+
+@nki.jit
+def gather_by_vector(table, ids):
+    # topk_reduce's gather: row ids[i] of a [rows, h] table into partition i (offsets scaled by h).
+    n, h = ids.shape[0], table.shape[1]
+    idx = nl.ndarray((n, 1), dtype=ids.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=ids.reshape((n, 1)))
+    rows = nl.ndarray((n, h), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=rows, src=table.ap([[h, n], [1, h]], offset=0, vector_offset=idx, indirect_dim=0))
+    out = nl.ndarray((n, h), dtype=table.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=rows)
+    return out
+
+
+def test_vector_offsets_scatter_and_gather_by_indices_read_at_run_time():
+    vals, ids = torch.randn(5), torch.tensor([3, 17, 0, 8, 31], dtype=torch.int32)
+    want = torch.zeros(4, 8)
+    want.view(-1)[ids.long()] = vals
+    assert torch.equal(both(scatter_by_vector, vals, ids, torch.zeros(4, 8)), want)
+    table, rows = torch.randn(12, 6), torch.tensor([11, 0, 4, 4], dtype=torch.int32)
+    assert torch.equal(both(gather_by_vector, table, rows), table[rows.long()])
+    bad = torch.tensor([3, 32, 0, 8, 31], dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="vector_offset entry 1 read 32 .* 0..31"):
+        nki.simulate(scatter_by_vector)(vals, bad, torch.zeros(4, 8))
+    want.view(-1)[17] = 0.0
+    assert torch.equal(nki.simulate(scatter_by_vector)(vals, bad, torch.zeros(4, 8), nisa.oob_mode.skip), want)

@@ -662,6 +662,25 @@ void execute(Memory& mem, const Step& s, int team) {
       }
       return;
     }
+    case kIndirectCopy: {  // one transfer per entry of the indirect dim (the DMA's descriptors)
+      const at::Tensor index = mem.view(o[2]).reshape({-1}).to(at::kLong);
+      const int64_t side = s.i[0], dim = s.i[2];
+      for (int64_t r = 0; r < index.numel(); ++r) {
+        const int64_t v = index[r].item<int64_t>();
+        if ((v < s.i[3] || v > s.i[4]) && s.i[5] != 0) continue;  // oob_mode=skip
+        TORCH_CHECK(v >= s.i[3] && v <= s.i[4], "nki: a DMA's vector_offset entry ", r, " read ", v,
+                    " from SBUF; the access stays inside its tensor for ", s.i[3], "..", s.i[4]);
+        Operand moved = o[side];
+        moved.byte_offset += v * s.i[1];
+        at::Tensor there = mem.view(moved).select(dim, r), here = mem.view(o[1 - side]).select(dim, r);
+        if (side == 0) {
+          there.copy_(here);
+        } else {
+          here.copy_(there);
+        }
+      }
+      return;
+    }
     default:
       TORCH_CHECK(false, "nki: unknown step ", s.op);
   }

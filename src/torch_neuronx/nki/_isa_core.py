@@ -38,6 +38,9 @@ def dma_copy(dst, src, priority=None, oob_mode=None, dge_mode=None, engine=None,
         check(dst.dtype == src.dtype, "dtype", "dge_mode=hwdge copies without casting: dtypes must match", ins)
     nbytes = max(dst.size * dst.dtype.itemsize, src.size * src.dtype.itemsize)
     hbm_side = src if src.buffer in (HBM, SHARED_HBM) else dst
+    if src.vector is not None or dst.vector is not None:
+        _indirect_copy(dst, src, oob_mode, nbytes, _row_bytes(hbm_side), ins)
+        return
     if src.dynamic is None and dst.dynamic is None:
         T.active().emit(ins, "dma", reads=[src], writes=[dst], steps=[(T.COPY, [dst, src], [], [])],
                         dma=(nbytes, _row_bytes(hbm_side)))
@@ -59,6 +62,28 @@ def dma_copy(dst, src, priority=None, oob_mode=None, dge_mode=None, engine=None,
                     steps=[(T.DYN_COPY, [dst, src, index],
                             [side, step * moved.dtype.itemsize, largest, int(_skips(oob_mode))], [])],
                     dma=(nbytes, _row_bytes(hbm_side)))
+
+
+def _indirect_copy(dst, src, oob_mode, nbytes, row_bytes, ins):
+    """A DMA whose HBM side has an offset per entry of one dim (ap(vector_offset=)): entry i of that
+    dim moves to the i-th index x the tensor's step, each index checked when the program reads it."""
+    check((src.vector is None) != (dst.vector is None) and src.dynamic is None and dst.dynamic is None,
+          "access pattern", "a DMA takes one run-time offset (vector_offset= on one side)", ins)
+    moved, other, side = (src, dst, 1) if src.vector is not None else (dst, src, 0)
+    index, step, dim = moved.vector
+    if tuple(other.shape) != tuple(moved.shape):
+        raise NotImplementedError(f"nki: {ins} between {tuple(src.shape)} and {tuple(dst.shape)} with vector_offset "
+                                  f"is not supported yet: give both sides the same shape")
+    total = math.prod(moved.storage.shape) * moved.storage.dtype.itemsize // moved.dtype.itemsize
+    lo, hi = T.span_elements(moved)  # the indirect dim's step is 0: one entry's span
+    lowest, largest = -(lo // step), (total - 1 - hi) // step
+    whole = NkiTensor(moved.storage)
+    reads = [src, index] if side == 0 else [whole, index]
+    writes = [whole] if side == 0 else [dst]
+    T.active().emit(ins, "dma", reads=reads, writes=writes,
+                    steps=[(T.INDIRECT_COPY, [dst, src, index],
+                            [side, step * moved.dtype.itemsize, dim, lowest, largest, int(_skips(oob_mode))], [])],
+                    dma=(nbytes, row_bytes))
 
 
 def _skips(oob_mode) -> bool:

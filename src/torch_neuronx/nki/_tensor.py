@@ -73,6 +73,7 @@ class Index:
         return out
 
     def __getitem__(self, key):
+        self._no_vector("indexing")
         key = key if isinstance(key, tuple) else (key,)
         if sum(k is not None for k in key) != 1 or any(k is not None and k != slice(None) for k in key):
             raise NkiTraceError("an nl.arange index takes [:, None] or [None, :] (one ':' and Nones)")
@@ -104,7 +105,7 @@ class Index:
 
 
 class NkiTensor:
-    __slots__ = ("storage", "dtype", "shape", "strides", "offset", "dynamic", "invalid")
+    __slots__ = ("storage", "dtype", "shape", "strides", "offset", "dynamic", "invalid", "vector")
 
     def __init__(self, storage, shape=None, strides=None, offset=0, dtype=None, dynamic=None, invalid=None):
         self.storage = storage
@@ -119,6 +120,9 @@ class NkiTensor:
         # (kernels build a pattern per loop step and skip the instruction where it would overrun, as
         # output_projection_tkg does); an instruction that reads or writes it raises this (Trace.emit).
         self.invalid = invalid
+        # (index tile, step, dim): `ap(vector_offset=)`: index i of dim `dim` lands `step` x the
+        # tile's i-th integer elements on (read when the program runs); None for other views.
+        self.vector = None
 
     # --- what kernels read -------------------------------------------------------------------
     buffer = property(lambda self: self.storage.buffer)
@@ -140,6 +144,7 @@ class NkiTensor:
 
     # --- views --------------------------------------------------------------------------------
     def __getitem__(self, key):
+        self._no_vector("indexing")
         key = key if isinstance(key, tuple) else (key,)
         if any(k is Ellipsis for k in key):
             at = key.index(Ellipsis)
@@ -190,6 +195,7 @@ class NkiTensor:
     # that reinterprets the dtype (`ap(dtype=)`, `view(dtype)`) is a view like any other.
 
     def _view(self, shape, strides, offset=None, dtype=None) -> "NkiTensor":
+        self._no_vector("a view")
         if self.dynamic is not None and dtype not in (None, self.dtype):
             raise NotImplementedError(f"nki: reinterpreting {self}, whose offset is read at run time, as {dtype} is "
                                       f"not supported yet (the offset counts elements of {self.dtype})")
@@ -219,14 +225,20 @@ class NkiTensor:
         `i_d < num_d` of `pattern = [[step, num], ...]`, counted in elements of `dtype` (the
         tensor's own dtype by default) from this view's first element, as if the storage were
         flattened. The result's shape is the nums. On chip the first pair is the partition dim."""
-        if vector_offset is not None:
-            raise NotImplementedError("nki: ap(vector_offset=) (an offset per index, read from SBUF) is not "
-                                      "supported yet: only one offset per access (scalar_offset=)")
         rule = "access pattern"
+        self._no_vector(rule)
         pairs = [tuple(p) if isinstance(p, (list, tuple)) else p for p in pattern]
         if not pairs or any(not (isinstance(p, tuple) and len(p) == 2 and all(
                 isinstance(v, int) and not isinstance(v, bool) for v in p)) for p in pairs):
             fail(rule, f"pattern must be a non-empty list of [step, num] pairs of ints, got {pattern!r}")
+        if vector_offset is not None:  # the indirect dim's place comes from the index tile, not its step
+            if scalar_offset is not None:
+                fail(rule, "scalar_offset and vector_offset: an access pattern takes one run-time offset")
+            if self.on_chip:
+                raise NotImplementedError(f"nki: a vector_offset into on-chip {self} is not supported yet: only "
+                                          f"HBM access patterns take one")
+            at = self._dim(indirect_dim, rule, len(pairs))
+            pairs[at] = (0, pairs[at][1])
         if any(n < 1 for _, n in pairs):
             fail(rule, f"every num of {pattern!r} must be at least 1")
         if any(s < 0 for s, _ in pairs):
@@ -256,7 +268,32 @@ class NkiTensor:
         view = self._view(nums, steps, base, dtype)
         if invalid:
             view.invalid = f"{rule}: {invalid}\n  (the pattern built at {kernel_line()})"
+        if vector_offset is not None:
+            return view._vector_offsets(vector_offset, at, self, dtype)
         return view if scalar_offset is None else view._offset_by(scalar_offset, indirect_dim, pattern)
+
+    def _vector_offsets(self, index, dim, tensor, dtype) -> "NkiTensor":
+        """`ap(vector_offset=index, indirect_dim=dim)`: entry i of the view's dim `dim` at the i-th
+        integer of the SBUF tile `index` times the tensor's own step along `dim` (as the DMA engine
+        scales it), read when the program runs (nki-library's scatter of top-k affinities, KV-cache
+        writes by token index). Only nisa.dma_copy takes such a view."""
+        rule = "access pattern"
+        if self.dynamic is not None:
+            fail(rule, f"{self} already has a run-time offset; an access pattern takes one")
+        if not isinstance(index, NkiTensor) or not index.on_chip or index.dtype.is_floating_point:
+            fail(rule, f"vector_offset must be an integer SBUF tile, got {index!r}")
+        if index.size != self.shape[dim]:
+            fail(rule, f"vector_offset holds {index.size} offsets for the {self.shape[dim]} entries of dim {dim}")
+        step = tensor.strides[tensor._dim(dim, rule)] * tensor.dtype.itemsize // dtype.itemsize \
+            if dim < tensor.ndim else 1
+        view = self._view(self.shape, self.strides)
+        view.vector = (index, step, dim)
+        return view
+
+    def _no_vector(self, what):
+        if self.vector is not None:
+            raise NotImplementedError(f"nki: {what} of an access pattern with vector_offset is not supported yet: "
+                                      f"give it to nisa.dma_copy as it is")
 
     def _offset_by(self, index, dim, pattern) -> "NkiTensor":
         """`ap(scalar_offset=index, indirect_dim=dim)`: the view moved by `index` steps of its dim
@@ -408,7 +445,7 @@ class NkiTensor:
     vector_select = indirect
 
     def is_indirect(self) -> bool:
-        return False  # no view here is indirect (indirect() is not supported yet)
+        return self.vector is not None  # ap(vector_offset=); indirect() is not supported yet
 
     def permute(self, dims):
         dims = tuple(dims)

@@ -27,7 +27,7 @@ _state = threading.local()
 COPY, FILL, ACTIVATE, BINARY, REDUCE, MATMUL, TRANSPOSE, WHERE, TOP8, PARTITION_REDUCE = range(10)
 SCAN, FIND_INDEX8 = 11, 12  # (10 is _fuse's matmul group)
 RNG, GATHER, MATCH_REPLACE8, DYN_COPY = 13, 14, 15, 16
-NONZERO = 17
+NONZERO, INDIRECT_COPY = 17, 18
 _HBM, _SBUF, _PSUM, _CONST, _REG = range(5)
 ACCUMULATOR = 7  # the register activation's reduce_cmd accumulates into
 REGISTERS = 8
@@ -164,7 +164,8 @@ class Trace:
         for t in reads + writes:
             if isinstance(t, NkiTensor) and t.invalid:
                 raise NkiValidationError(f"nki: nisa.{name}: {t.invalid}\n  at {kernel_line()}")
-        if name != "dma_copy" and any(isinstance(t, NkiTensor) and t.dynamic is not None for t in reads + writes):
+        if name != "dma_copy" and any(isinstance(t, NkiTensor) and (t.dynamic is not None or t.vector is not None)
+                                      for t in reads + writes):
             raise NkiTraceError(f"nki: nisa.{name} on an access pattern with a run-time offset (scalar_offset=) is "
                                 f"not supported yet; load it with nisa.dma_copy\n  at {kernel_line()}")
         ins = Instr()
