@@ -272,6 +272,26 @@ def _rmsnorm_quant_post(outs, refs, kwargs):
     return [out[..., :h].double(), out[..., h:].contiguous().view(torch.float32).double()], refs
 
 
+def _qkv_cte(b, s, h, h_actual, i, norm, fused_add, eps):
+    """test_qkv_cte's inputs (build_qkv_input, as _qkv_tkg draws them) under qkv_cte's names."""
+    d = _qkv_tkg(b, s, h, h_actual, i, None, None, None, norm, fused_add, False, False, eps, "BSD")
+    return {"input": d["hidden"], "fused_qkv_weights": d["qkv_w"], "output_layout": d["output_layout"],
+            "bias": None, "fused_residual_add": fused_add, "mlp_prev": d["mlp_prev"], "attention_prev": d["attn_prev"],
+            "fused_norm_type": d["norm_type"], "gamma_norm_weights": d["norm_w"], "layer_norm_bias": None,
+            "norm_eps": eps, "hidden_actual": h_actual}
+
+
+def _qkv_cte_ref(input, fused_qkv_weights, output_layout, bias, fused_residual_add, mlp_prev, attention_prev,
+                 fused_norm_type, gamma_norm_weights, layer_norm_bias, norm_eps, hidden_actual):
+    """qkv_tkg's torch reference computes what qkv_cte does (norm, projection); qkv_cte returns the
+    projection only (nki-library ships no qkv_cte reference file)."""
+    out = _load("core.qkv.qkv_tkg_torch.qkv_tkg_torch_ref")(
+        hidden=input, qkv_w=fused_qkv_weights, norm_w=gamma_norm_weights, fused_add=fused_residual_add,
+        mlp_prev=mlp_prev, attn_prev=attention_prev, output_layout=output_layout, eps=norm_eps,
+        norm_type=fused_norm_type, qkv_bias=bias, norm_bias=layer_norm_bias, hidden_actual=hidden_actual)
+    return [out["out"]]
+
+
 def more_cases() -> list[Case]:
     cases = []
     # router_topk: test_router_topk's base configs, x in HBM as [H, T]; shard_on_tokens needs sendrecv
@@ -373,6 +393,15 @@ def more_cases() -> list[Case]:
         cases.append(Case(f"indexed_flatten lnc2 T{T} E{E} f{f_len} int32",
                           "core.subkernels.indexed_flatten.indexed_flatten",
                           "core.subkernels.indexed_flatten_torch.indexed_flatten_torch_ref", build, 2, 0.0, 0.0))
+    # qkv_cte: test_qkv_cte_accuracy_unit's rows (LNC 1, bf16)
+    for b, s_len, h, ha, i, norm, fadd, eps in [(1, 128, 512, None, 512, "RMS_NORM", True, 1e-6),
+                                                (1, 127, 512, None, 512, "RMS_NORM", True, 1e-6),
+                                                (1, 512, 1024, 768, 256, "RMS_NORM", True, 1e-6),
+                                                (1, 512, 1024, None, 512, "NO_NORM", False, 1e-6),
+                                                (1, 512, 1024, None, 512, "RMS_NORM", True, 77.0)]:
+        cases.append(Case(f"qkv_cte lnc1 b{b} s{s_len} h{h}{f'/{ha}' if ha else ''} i{i} {norm.lower()} add={fadd} "
+                          f"eps={eps} bf16", "core.qkv.qkv_cte.qkv_cte", _qkv_cte_ref,
+                          lambda a=(b, s_len, h, ha, i, norm, fadd, eps): _qkv_cte(*a), 1, 2e-2, 1e-5))
     # rmsnorm_quant: test_rmsnorm_quant_lnc_unit's rows (bf16 in, fp8 e4m3 out; its validator's rtol
     # 0.072 for the values, 0.007 for the row scales)
     for s_len, quant_only, quant, lb in [(2, True, "ROW", 0.0), (2, False, "ROW", 0.5), (160, False, "ROW", 0.0),

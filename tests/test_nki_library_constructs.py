@@ -524,3 +524,27 @@ def test_vector_offsets_scatter_and_gather_by_indices_read_at_run_time():
         nki.simulate(scatter_by_vector)(vals, bad, torch.zeros(4, 8))
     want.view(-1)[17] = 0.0
     assert torch.equal(nki.simulate(scatter_by_vector)(vals, bad, torch.zeros(4, 8), nisa.oob_mode.skip), want)
+
+
+@nki.jit
+def sum_of_squares(x):
+    # qkv_cte's RMS norm: only activation_reduce's sum is wanted, so its dst is one element per
+    # partition stepped 0 along the row ([[1, p], [0, f]]): written f times over, the last stays.
+    p, f = x.shape
+    t = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    scratch = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)
+    total = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation_reduce(dst=scratch.ap(pattern=[[1, p], [0, f]]), op=nl.square, data=t, reduce_op=nl.add,
+                           reduce_res=total)
+    out = nl.ndarray((p, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out[:, 0:1], src=total)
+    nisa.dma_copy(dst=out[:, 1:2], src=scratch)
+    return out
+
+
+def test_a_destination_stepping_zero_keeps_the_last_element_written():
+    x = torch.randn(8, 32)
+    got = both(sum_of_squares, x)
+    assert torch.allclose(got[:, 0], x.square().sum(1), rtol=1e-6, atol=1e-6)
+    assert torch.equal(got[:, 1], x[:, -1].square())

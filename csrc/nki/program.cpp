@@ -374,7 +374,16 @@ class Memory {
       return;
     }
     at::Tensor dst = view(o);
-    dst.copy_(value.sizes().equals(dst.sizes()) ? value : value.reshape(dst.sizes()));
+    at::Tensor v = value.sizes().equals(dst.sizes()) ? value : value.reshape(dst.sizes());
+    // A destination stepping 0 along a dim (an access pattern's [0, n], qkv_cte's throwaway output)
+    // is written n times over in pattern order: the last element stays.
+    for (int64_t d = 0; d < dst.dim(); ++d) {
+      if (dst.stride(d) == 0 && dst.size(d) > 1) {
+        dst = dst.narrow(d, dst.size(d) - 1, 1);
+        v = v.narrow(d, v.size(d) - 1, 1);
+      }
+    }
+    dst.copy_(v);
   }
 
  private:
