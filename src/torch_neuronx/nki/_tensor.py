@@ -73,7 +73,6 @@ class Index:
         return out
 
     def __getitem__(self, key):
-        self._no_vector("indexing")
         key = key if isinstance(key, tuple) else (key,)
         if sum(k is not None for k in key) != 1 or any(k is not None and k != slice(None) for k in key):
             raise NkiTraceError("an nl.arange index takes [:, None] or [None, :] (one ':' and Nones)")
