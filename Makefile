@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.requirements-stamp
 RT_BUILD := build/runtime-tests
 RT_CMAKE := -G Ninja -DNEURONX_BUILD_EXTENSION=OFF -DNEURONX_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all sysdeps venv install lint runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile bench-collectives bench-nki nki-library bench-cost-model bench-vllm conformance hf-matrix upstream-tests clean
+.PHONY: all sysdeps venv install lint runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile bench-collectives bench-nki nki-library bench-cost-model bench-vllm conformance hf-matrix hf-model-tests hf-model-tests-run upstream-tests clean
 
 all: install
 
@@ -110,6 +110,29 @@ conformance: install
 # conformance-report/hf-matrix/. A sample of it runs in `make test`.
 hf-matrix: install
 	$(PY) tests/hf/matrix.py --out conformance-report/hf-matrix
+
+# transformers' own model tests (tests/models/<family> of a transformers source checkout of the
+# installed version, which this target never fetches) on neuron, with the device spec and pytest
+# plugin of tests/hf/transformers_suite/. TRANSFORMERS_SRC=path is required (skipped without it);
+# HF_FAMILIES picks the families, HF_TESTS_K a pytest -k expression. Slow tests stay out (they
+# need RUN_SLOW=1, as in transformers' own CI), and so do integration tests (hub checkpoints).
+TRANSFORMERS_SRC ?=
+HF_FAMILIES ?= gpt2 bert whisper wav2vec2 t5 bart vit clip gemma2 phi3 qwen3
+HF_TESTS_K ?= not Integration
+hf-model-tests:
+	@if [ -z "$(TRANSFORMERS_SRC)" ]; then \
+	  echo "hf-model-tests: skipped: set TRANSFORMERS_SRC=/path/to/transformers (a source checkout of" \
+	    "the installed version, e.g. git clone -b v$$($(PY) -c 'import transformers as t; print(t.__version__)')" \
+	    "https://github.com/huggingface/transformers)"; \
+	else $(MAKE) --no-print-directory hf-model-tests-run; fi
+
+hf-model-tests-run: install
+	cd tests/hf/transformers_suite && \
+	  TRANSFORMERS_SRC=$(abspath $(TRANSFORMERS_SRC)) TRANSFORMERS_TEST_DEVICE=neuron \
+	  TRANSFORMERS_TEST_DEVICE_SPEC=neuron_device_spec.py \
+	  $(abspath $(PY)) -m pytest -q -rfE -p no:cacheprovider -p no:randomly -p neuron_transformers_plugin \
+	    -o addopts= -k "$(HF_TESTS_K)" \
+	    $(addprefix $(abspath $(TRANSFORMERS_SRC))/tests/models/,$(HF_FAMILIES))
 
 # PyTorch's own device-generic suites (test_ops.py's TestCommon comparisons, test_modules.py's
 # TestModule) on neuron, run where they lie (never copied here) with the neuron test base

@@ -336,6 +336,53 @@ def test_static_cache_generate_keeps_the_users_max_cache_len():
     assert model._previous_max_cache_length == 24  # not rounded: the user chose it
 
 
+def _static_cache_outputs(model, prompt, max_new_tokens):
+    out = model.generate(prompt, max_new_tokens=max_new_tokens, do_sample=False, cache_implementation="static",
+                         return_dict_in_generate=True)
+    cache = getattr(out.past_key_values, "self_attention_cache", out.past_key_values)  # an encoder-decoder's
+    return out.sequences, [(layer.max_cache_len, layer.keys, layer.values) for layer in cache.layers]
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral_window_8", "mistral_window_64", "bart"])
+def test_static_cache_generate_returns_the_cpus_cache_length(family):
+    """The rounded cache length is internal: past_key_values has the CPU's length (prompt + new
+    tokens; a sliding layer at most its window), values and all, and the next call sizes its cache
+    as the CPU does."""
+    import transformers
+
+    if family == "llama":
+        model = _tiny_llama(torch.float32)
+    elif family == "bart":
+        cfg = transformers.BartConfig(vocab_size=96, d_model=32, encoder_layers=2, decoder_layers=2,
+                                      encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=37,
+                                      decoder_ffn_dim=37, max_position_embeddings=100)
+        torch.manual_seed(0)
+        model = transformers.BartForConditionalGeneration(cfg).eval()
+    else:
+        window = int(family.rsplit("_", 1)[1])
+        cfg = transformers.MistralConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                                         sliding_window=window)
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    prompt = torch.randint(0, 96, (2, 5), generator=torch.Generator().manual_seed(0))
+    want_seq, want_layers = _static_cache_outputs(model, prompt, 4)
+    want_previous = model._previous_max_cache_length
+    want_next = model.generate(prompt[:, :3], max_new_tokens=2, do_sample=False, cache_implementation="static")
+    del model._previous_max_cache_length
+    model.to(N)
+    got_seq, got_layers = _static_cache_outputs(model, prompt.to(N), 4)
+    assert torch.equal(got_seq.cpu(), want_seq)
+    for (got_len, got_k, got_v), (want_len, want_k, want_v) in zip(got_layers, want_layers, strict=True):
+        assert got_len == want_len and got_k.shape == want_k.shape, (got_k.shape, want_k.shape)
+        assert got_k.is_contiguous() and got_v.is_contiguous()
+        torch.testing.assert_close(got_k.cpu(), want_k, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got_v.cpu(), want_v, atol=1e-5, rtol=1e-5)
+    assert model._previous_max_cache_length == want_previous
+    assert torch.equal(model.generate(prompt[:, :3].to(N), max_new_tokens=2, do_sample=False,
+                                      cache_implementation="static").cpu(), want_next)
+
+
 def test_sliding_window_generate_compiles_two_decode_programs():
     """A sliding-window static cache (Mistral here; Gemma 2/3 and Qwen2 share the layer) counts its
     tokens in a Python int on which Dynamo guarded value by value: a program per decode step until

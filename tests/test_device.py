@@ -25,7 +25,9 @@ def test_trn2_default_topology():
     p = torch.neuron.get_device_properties(0)
     assert p.profile == "trn2" and p.lnc == 2
     assert p.total_memory == 24 * 2**30
-    assert "Trainium2" in torch.neuron.get_device_name()
+    # named as Trainium's backend names them (TorchTitan's MFU table reads both); software: elsewhere
+    assert torch.neuron.get_device_name() == "neuron" and p.name == "trn2"
+    assert p.software and p.description == "Trainium2 (trn2, software NeuronCore)"
     assert torch.neuron.mem_get_info(0)[1] == 24 * 2**30
 
 

@@ -403,12 +403,15 @@ def test_optimizer_foreach_groups_split_dtensors_on_neuron_only():
 # ---- failure behaviour (neuron backend only) ---------------------------------------------------
 
 @pytest.mark.skipif(_neuron_skip_reason() is not None, reason=str(_neuron_skip_reason()))
-@pytest.mark.parametrize("mode", ["exit", "sleep"])
+@pytest.mark.parametrize("mode", ["exit", "sleep", "sleep_after_set_timeout"])
 def test_peer_failure_raises_within_timeout(tmp_path, mode):
     """A peer that dies (exit) or never joins (sleep): the survivor's all_reduce raises within the
-    group's 5 s timeout, names the collective and the missing rank; the group stays failed."""
+    group's 5 s timeout, names the collective and the missing rank; the group stays failed. A
+    timeout given after creation (_set_pg_timeout, as gloo and NCCL take it; TorchTitan sets one)
+    is the one that applies, without torch's "only supported for either nccl or gloo" warning."""
     import json
-    r = L.launch(os.path.join(HERE, "failures.py"), 2, ["--device", "neuron", "--mode", mode], str(tmp_path),
+    flags = ["--mode", mode.split("_")[0]] + (["--set-timeout"] if mode.endswith("set_timeout") else [])
+    r = L.launch(os.path.join(HERE, "failures.py"), 2, ["--device", "neuron"] + flags, str(tmp_path),
                  timeout=90, env=_env("neuron"))
     assert not r.timed_out and r.seconds < 45, r.tail()
     assert (tmp_path / "failure.json").exists(), f"rank 0 wrote no result ({r.seconds:.1f} s):\n{r.tail()}"
@@ -420,6 +423,7 @@ def test_peer_failure_raises_within_timeout(tmp_path, mode):
     assert re.search(r"all_?reduce", first["message"], re.I), first["message"]
     assert re.search(r"rank[s]?\D{0,20}\b1\b", first["message"], re.I), first["message"]
     assert second["raised"] and second["seconds"] < 2, f"the next collective must fail at once: {second}"
+    assert res["set_timeout_warnings"] == [], res["set_timeout_warnings"]
     assert r.returncodes[0] == 0, r.tail()
     assert r.shm_leaked == [], f"shared memory left in /dev/shm: {r.shm_leaked}"
 

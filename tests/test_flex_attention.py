@@ -189,3 +189,57 @@ def test_other_devices_keep_pytorchs_checks():
     q = torch.randn(1, 1, 16, 16, requires_grad=True)
     with pytest.raises(NotImplementedError, match="does not support backward on CPU"):
         flex_attention(q, q, q)
+
+
+def _tiny_t5_flex(batch):
+    import transformers
+
+    cfg = transformers.T5Config(vocab_size=99, d_model=32, d_kv=16, d_ff=37, num_layers=2, num_heads=4,
+                                relative_attention_num_buckets=8, dropout_rate=0.0, decoder_start_token_id=0,
+                                pad_token_id=0, eos_token_id=1)
+    torch.manual_seed(0)
+    model = transformers.T5Model(cfg).eval()
+    ids = torch.randint(2, 99, (batch, 7), generator=torch.Generator().manual_seed(0))
+    return model, ids
+
+
+def _outcome(fn):
+    try:
+        return fn()
+    except RuntimeError as e:
+        return "index out of bounds" if "index out of bounds" in str(e) else str(e)
+
+
+def test_t5_flex_attention_fails_as_on_cpu_and_otherwise_matches():
+    """transformers' T5 under FlexAttention (transformers' test_flex_attention_with_grads): its
+    score_mod reads the relative position bias, batch 1, at the query's batch index, so a batch of
+    more than one reads out of bounds — on the CPU too, forward only (with grads the CPU refuses
+    first: FlexAttention has no CPU backward). Neuron reports the same out-of-bounds read; with one
+    sequence the forward is the CPU's and the backward runs."""
+    model, ids = _tiny_t5_flex(13)
+    model.set_attn_implementation("flex_attention")
+    with torch.no_grad():
+        want = _outcome(lambda: model(input_ids=ids, decoder_input_ids=ids)[0])
+        assert want == "index out of bounds", want  # still transformers' bug: if this changes, so may neuron's
+        model.to("neuron")
+        assert _outcome(lambda: model(input_ids=ids.to("neuron"), decoder_input_ids=ids.to("neuron"))[0]) == want
+    assert _outcome(lambda: model(input_ids=ids.to("neuron"), decoder_input_ids=ids.to("neuron"))[0]) == want
+
+    model, ids = _tiny_t5_flex(1)
+    eager = model(input_ids=ids, decoder_input_ids=ids)[0]
+    eager.square().sum().backward()
+    eager_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    eager = eager.detach()
+    model.set_attn_implementation("flex_attention")
+    with torch.no_grad():
+        cpu_flex = model(input_ids=ids, decoder_input_ids=ids)[0]
+    model.to("neuron")
+    got = model(input_ids=ids.to("neuron"), decoder_input_ids=ids.to("neuron"))[0]
+    torch.testing.assert_close(got.detach().cpu(), cpu_flex, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(cpu_flex, eager, atol=1e-5, rtol=1e-5)
+    got.square().sum().backward()
+    got_grads = {n: p.grad.cpu() for n, p in model.named_parameters() if p.grad is not None}
+    assert got_grads.keys() == eager_grads.keys()
+    for name, grad in eager_grads.items():
+        torch.testing.assert_close(got_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)

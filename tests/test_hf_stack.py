@@ -296,3 +296,52 @@ def test_diffusers_pipeline_gives_the_cpu_images():
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)
     assert no_fallbacks() == {}
+
+
+def _fake_transformers_checkout(root, version):
+    # the layout make hf-model-tests reads: src/transformers/__init__.py and tests/models/<family>
+    (root / "src" / "transformers").mkdir(parents=True)
+    (root / "src" / "transformers" / "__init__.py").write_text(f'__version__ = "{version}"\n')
+    family = root / "tests" / "models" / "probe"
+    family.mkdir(parents=True)
+    (family / "test_modeling_probe.py").write_text(
+        "import unittest\nimport torch\n"
+        "from transformers.testing_utils import backend_device_count, backend_manual_seed, torch_device\n\n\n"
+        "class ProbeModelTest(unittest.TestCase):\n"
+        "    def test_device_spec_is_neurons(self):\n"
+        "        assert torch_device == 'neuron', torch_device\n"
+        "        backend_manual_seed(torch_device, 0)\n"
+        "        a = torch.randn(3, device=torch_device)\n"
+        "        backend_manual_seed(torch_device, 0)\n"
+        "        assert torch.equal(a.cpu(), torch.randn(3, device=torch_device).cpu())\n"
+        "        assert backend_device_count(torch_device) == torch.neuron.device_count()\n\n"
+        "    def test_eager_matches_sdpa_inference_00_fp16_pad_left_sdpa_kernels(self):\n"
+        "        raise AssertionError('atol 1e-7')\n\n"
+        "    def test_eager_matches_sdpa_inference_01_fp32_pad_left_sdpa_kernels(self):\n"
+        "        pass\n")
+
+
+def test_make_hf_model_tests_runs_a_checkouts_family_with_the_device_spec(tmp_path):
+    """make hf-model-tests: skips without a checkout, refuses one of another version, and runs a
+    family's tests with transformers' testing utilities on neuron (the device spec) and the fp16
+    eager-vs-SDPA tests marked as failures of transformers' tolerance table."""
+    import subprocess
+    import sys
+
+    import transformers
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    make = ["make", "-s", "--no-print-directory", "-C", repo, f"PY={sys.executable}"]
+    r = subprocess.run(make + ["hf-model-tests"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "hf-model-tests: skipped: set TRANSFORMERS_SRC" in r.stdout, r.stdout + r.stderr
+    checkout = tmp_path / "transformers"
+    _fake_transformers_checkout(checkout, transformers.__version__)
+    run = make + ["-o", "install", "hf-model-tests-run", f"TRANSFORMERS_SRC={checkout}", "HF_FAMILIES=probe"]
+    r = subprocess.run(run, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "2 passed, 1 xfailed" in r.stdout, r.stdout[-3000:]
+    other = tmp_path / "other"
+    _fake_transformers_checkout(other, "0.0.1")
+    r = subprocess.run(make + ["-o", "install", "hf-model-tests-run", f"TRANSFORMERS_SRC={other}", "HF_FAMILIES=probe"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "is transformers 0.0.1" in r.stdout + r.stderr, r.stdout[-2000:] + r.stderr[-2000:]

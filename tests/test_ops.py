@@ -301,3 +301,24 @@ def test_autocast_bf16():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y_cpu = M1 @ M2
     torch.testing.assert_close(y.cpu(), y_cpu)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_weight_norm_keeps_the_cpus_norm_dtype(dtype):
+    # the CPU (and CUDA) keep a half g's norms in float where meta says half; wav2vec2's positional
+    # convolution is weight-normed, so every fp16 wav2vec2 forward met this
+    g = torch.Generator().manual_seed(0)
+    v, w = torch.randn(16, 16, 4, generator=g).to(dtype), torch.randn(1, 1, 4, generator=g).to(dtype)
+    assert_same(torch._weight_norm_interface(v.to("neuron"), w.to("neuron"), 2),
+                torch._weight_norm_interface(v, w, 2), atol=0, rtol=0)
+    conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(8, 8, 3, padding=1), dim=2).to(dtype)
+    x = torch.randn(2, 8, 10, generator=g).to(dtype)
+    want = conv(x)
+    want.float().square().sum().backward()
+    want_grads = [p.grad.clone() for p in conv.parameters()]
+    conv.zero_grad()
+    conv.to("neuron")
+    got = conv(x.to("neuron"))
+    got.float().square().sum().backward()
+    assert_same(got, want, atol=0, rtol=0)
+    assert_same([p.grad for p in conv.parameters()], want_grads, atol=0, rtol=0)

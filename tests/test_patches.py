@@ -151,3 +151,51 @@ def test_dynamo_backend_registered_once():
     assert registry.register_backend(neuron_backend, "neuron") is neuron_backend  # a second thread's load
     with pytest.raises(AssertionError, match="duplicate name: neuron"):
         registry.register_backend(lambda gm, inputs: gm, "neuron")
+
+
+def test_patch_waits_for_a_module_whose_import_is_running():
+    # transformers.modeling_utils as a program's first import imports torch, which autoloads this
+    # package while modeling_utils is half-initialised: its patch must wait for the whole module
+    r = run_python("import transformers.modeling_utils as m, torch\n"
+                   "assert getattr(m.PreTrainedModel.get_compiled_call, '_neuron', False)\n"
+                   "assert type(m.__spec__).__name__ == 'ModuleSpec' and not m.__spec__._initializing\n"
+                   "x = torch.ones(3)\n"
+                   "print((x + 1).sum().item(), (x.to('neuron') + 1).sum().item())")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["6.0", "6.0"]
+
+
+def test_after_import_patches_half_imported_modules_when_they_finish(tmp_path):
+    # the mechanism itself: a patch asked for in the middle of a module's code sees the whole module,
+    # and one whose module's code raised waits for the import that succeeds
+    (tmp_path / "half.py").write_text(
+        "import os\nfrom torch_neuronx._patches import after_import\n"
+        "after_import('half', lambda m: print('patched', m.LATE))\n"
+        "if os.environ.get('HALF_FAIL') == '1':\n    os.environ['HALF_FAIL'] = '0'\n    raise ValueError('first try')\n"
+        "LATE = 'late'\nprint('body done')\n")
+    code = ("import os, torch\n"
+            "try:\n    import half\nexcept ValueError as e:\n    print('raised', e)\n"
+            "import half\nprint(type(half.__spec__).__name__)\n")
+    r = run_python(code, cwd=str(tmp_path), env={"PYTHONPATH": str(tmp_path), "HALF_FAIL": "0"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.splitlines() == ["body done", "patched late", "ModuleSpec"]
+    r = run_python(code, cwd=str(tmp_path), env={"PYTHONPATH": str(tmp_path), "HALF_FAIL": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    # the failed import's patch waits; the retry registers its own too, and both see the whole module
+    assert r.stdout.splitlines() == ["raised first try", "body done", "patched late", "patched late",
+                                     "ModuleSpec"]
+
+
+def test_process_group_timeouts():
+    import torch.distributed.distributed_c10d as c10d
+
+    assert getattr(c10d._set_pg_timeout, "_neuron", False), "patch process_group_timeouts is not installed"
+    assert "only supported for either nccl or gloo" in _source(c10d._set_pg_timeout), \
+        "patch process_group_timeouts: _set_pg_timeout changed; it may reach the neuron backend by itself now"
+
+
+def test_generate_returns_the_cpus_cache_length_patch():
+    import transformers.generation.utils as gen
+
+    assert getattr(gen.GenerationMixin.generate, "_neuron", False), "patch generate_static_cache_programs: " \
+        "generate is not wrapped (the cache it returns would keep the rounded length)"

@@ -97,6 +97,25 @@ def test_float64_warns_and_strict_raises():
     assert r.returncode != 0 and "not supported by Trainium" in r.stderr
 
 
+def test_complex_warns_once_with_what_to_do():
+    # RoPE as TorchTitan's Llama writes it: complex frequencies at every step; one warning, which
+    # says what to do instead, and the values are the CPU's
+    code = ("import warnings, torch\nwith warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always')\n"
+            "    freqs = torch.polar(torch.ones(4, 8), torch.arange(32.).view(4, 8) / 10)\n"
+            "    x = torch.arange(64.).view(4, 16) / 7\n"
+            "    got = [torch.view_as_real(torch.view_as_complex(x.to('neuron').view(4, 8, 2)) * freqs.to('neuron'))"
+            " for _ in range(3)]\n"
+            "want = torch.view_as_real(torch.view_as_complex(x.view(4, 8, 2)) * freqs)\n"
+            "msgs = [str(m.message) for m in w if 'Trainium cannot run it' in str(m.message)]\n"
+            "print(len(msgs), all(torch.equal(g.cpu(), want) for g in got))\nprint(msgs[0])")
+    r = run_python(code)
+    assert r.returncode == 0, r.stderr[-3000:]
+    count, same = r.stdout.splitlines()[0].split()
+    assert (count, same) == ("1", "True"), r.stdout
+    assert "cos/sin" in r.stdout and "TORCH_NEURONX_STRICT=1" in r.stdout and "once per process" in r.stdout
+
+
 def test_sanitizer_catches_host_access():
     ok = run_python("import torch\nx = torch.randn(64, device='neuron')\n"
                     "print(float((x * 2).sum().item() - 2 * x.cpu().sum().item()) < 1e-3)",

@@ -292,3 +292,34 @@ def test_an_nki_kernel_is_a_span_priced_by_its_own_model(tmp_path):
     for p in ("trn2", "trn3"):
         want = nki.estimate(kernels.rmsnorm, profile=p)(x, w).latency_us
         assert spans[0]["args"][f"{p} estimate us"] == pytest.approx(want)
+
+
+def test_a_c10d_collectives_span_is_priced_by_the_collectives_model(tmp_path):
+    from conftest import run_python
+
+    from torch_neuronx import cost_constants
+
+    code = f"""
+import json, torch, torch.distributed as dist, torch_neuronx
+from torch.profiler import ProfilerActivity, profile
+dist.init_process_group("neuron", rank=0, world_size=1, store=dist.HashStore())
+x = torch.randn(1024, 256, device="neuron")
+dist.all_reduce(x)
+with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1], record_shapes=True) as prof:
+    dist.all_reduce(x)
+    torch.neuron.synchronize()
+prof.export_chrome_trace({str(tmp_path / "t.json")!r})
+dist.destroy_process_group()
+"""
+    r = run_python(code)
+    assert r.returncode == 0, r.stderr[-2000:]
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    (span,) = [e for e in events if e.get("cat") == "kernel" and e["name"] == "ncclKernel_allreduce"]
+    # one rank: nothing moves, the collective's kernel still launches
+    assert span["args"]["trn2 estimate us"] == pytest.approx(cost_model.ROOFLINES["trn2"].fixed_us)
+    # as the tracer describes the host op, among 2 ranks (torch.distributed not initialised here)
+    (price,) = cost_model.price_traced([("c10d::allreduce_", "[[[1024, 256]], [], [], [], [], []]",
+                                         '[["Float"], "", "", "", "", ""]', "[null, null, null, null, false, -1]")])
+    for p, us in zip(("trn2", "trn3"), price):
+        want = cost_constants.collective_seconds("all_reduce", 1024 * 256 * 4, 2, p)[0] * 1e6
+        assert us == pytest.approx(want + cost_model.ROOFLINES[p].fixed_us)

@@ -86,3 +86,50 @@ def test_graph_breaks_are_found_by_tracing_the_forward():
     (brk,) = graph_breaks(forward, x=torch.zeros(4, device="meta"))
     assert "print" in brk["reason"] and brk["where"].endswith(f":{forward.__code__.co_firstlineno + 2}")
     assert graph_breaks(lambda x: x.sin() + 1, x=torch.zeros(4, device="meta")) == []
+
+
+LLAMA_70B = dict(LLAMA_8B, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64)
+SMOLLM_135M = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 576,
+               "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
+               "num_key_value_heads": 3, "vocab_size": 49152, "max_position_embeddings": 2048,
+               "tie_word_embeddings": True}
+
+
+def test_activations_are_the_fused_attention_kernels_not_the_score_matrices(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(SMOLLM_135M))
+    r = report.assess(str(tmp_path), batch=1, seq=2048, train=True)
+    half = report.assess(str(tmp_path), batch=1, seq=1024, train=True)
+    # linear in the sequence: the math path's score matrices (and their softmax) would grow 4x
+    assert r["memory"]["activations"] <= 2.05 * half["memory"]["activations"]
+    assert r["min_devices"]["trn2"] == 1
+    names = {row[0] for row in r["breakdown"]["trn2"]}
+    assert "aten::_scaled_dot_product_fused_attention_overrideable_backward" in names
+    assert "aten::bmm" not in names
+
+
+def test_the_layouts_for_an_8b_and_a_70b_config(tmp_path):
+    (tmp_path / "8b").mkdir()
+    (tmp_path / "8b" / "config.json").write_text(json.dumps(LLAMA_8B))
+    r = report.assess(str(tmp_path / "8b"), batch=1, seq=2048, train=True, devices=16)
+    assert r["assumptions"]["compared at"].startswith("16 logical cores")
+    for profile in ("trn2", "trn3"):
+        lays = r["layouts"][profile]
+        assert 1 <= len(lays) <= 3 and all(lay["tp"] * lay["dp"] == 16 for lay in lays)
+        assert lays == sorted(lays, key=lambda x: -x["tokens_per_second"])
+        assert all(lay["bound"] in ("compute", "HBM", "collectives", "latency") for lay in lays)
+        m = r["memory"]
+        states = m["weights"] + m["gradients"] + m["optimizer_states"]
+        cap = report._CORE_HBM[profile]
+        assert all(states / 16 + m["activations"] / lay["tp"] <= 0.9 * cap for lay in lays)  # each fits
+        assert all(abs(sum(lay["terms"].values()) - lay["step_seconds"]) < 1e-9 for lay in lays)
+        assert "LNC=2" in lays[0]["layout"] and ("FSDP" in lays[0]["layout"] or lays[0]["dp"] == 1)
+    (tmp_path / "70b").mkdir()
+    (tmp_path / "70b" / "config.json").write_text(json.dumps(LLAMA_70B))
+    r = report.assess(str(tmp_path / "70b"), batch=1, seq=4096, generate=16)
+    # 70B's weights need 8 logical cores (2 chips); both profiles are compared at the same count
+    assert r["estimate"]["trn2"]["devices"] == r["estimate"]["trn3"]["devices"] == max(r["min_devices"].values())
+    assert r["estimate"]["trn3"]["tokens_per_second"] > r["estimate"]["trn2"]["tokens_per_second"]
+    top = r["layouts"]["trn2"][0]
+    assert top["tp"] >= r["min_devices"]["trn2"] and top["token_seconds"] > 0
+    text = report._text(r)
+    assert "layout 1: TP=" in text and "bound by" in text and "compared at" in text

@@ -32,11 +32,20 @@ void check_trainium_dtype(c10::ScalarType dtype) {
   TORCH_CHECK_TYPE(!strict_mode(), "neuron: dtype ", dtype,
                    " is not supported by Trainium (no float64 or complex types on the device); "
                    "TORCH_NEURONX_STRICT=1 makes this an error. Use float32 or bfloat16.");
+  // Once per process and kind: a model that uses the type does so at every step (RoPE's complex
+  // frequencies), and the user needs the advice once, not the repetition.
   auto& flag = f64 ? warned_f64 : warned_complex;
   if (!flag.exchange(true)) {
-    TORCH_WARN("neuron: dtype ", dtype,
-               " runs on the software device but Trainium cannot run it "
-               "(it has no float64 or complex types); set TORCH_NEURONX_STRICT=1 to make this an error.");
+    const char* instead =
+        f64 ? "Keep device tensors in float32 or bfloat16 (for example .float(), or torch.set_default_dtype"
+              "(torch.float32) before building the model)."
+            : "Keep complex numbers off the device: write the arithmetic on real tensors (rotary embeddings as "
+              "cos/sin products, the rotate-half form transformers' models use, instead of view_as_complex "
+              "and polar), or keep that part on the CPU.";
+    TORCH_WARN("neuron: dtype ", dtype, " runs on the software device but Trainium cannot run it (it has no ",
+               f64 ? "float64" : "complex", " types). ", instead,
+               " TORCH_NEURONX_STRICT=1 makes this an error at the first such tensor, as the chip would. "
+               "(Said once per process.)");
   }
 }
 

@@ -34,6 +34,14 @@ void init_distributed_bindings(pybind11::module& m) {
     return checked(
         [] { return neuronrt::config::choice("TORCH_NEURONX_DIST_TRANSPORT", "auto", {"auto", "shm", "host"}); });
   });
+  // torch's Backend binding has no way to set a timeout (its ProcessGroupGloo and NCCL bindings
+  // each bind their own _set_default_timeout): the neuron backend's, for _patches.process_group_timeouts.
+  m.def("_set_process_group_timeout",
+        [](const c10::intrusive_ptr<c10d::Backend>& backend, std::chrono::milliseconds timeout) {
+          auto* pg = dynamic_cast<ProcessGroupNeuron*>(backend.get());
+          TORCH_CHECK(pg != nullptr, "neuron: not a neuron process group backend: ", backend->getBackendName());
+          pg->setTimeout(timeout);
+        });
   m.def("_process_group_transport", [](const c10::intrusive_ptr<c10d::Backend>& backend) -> std::string {
     auto* pg = dynamic_cast<ProcessGroupNeuron*>(backend.get());
     TORCH_CHECK(pg != nullptr, "neuron: not a neuron process group backend: ", backend->getBackendName());

@@ -128,7 +128,7 @@ ProcessGroupNeuron::ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& gr
                                        std::chrono::milliseconds timeout, std::string label,
                                        c10::intrusive_ptr<c10d::Backend> host, std::optional<Hosts> hosts)
     : Backend(rank, size),
-      timeout_(timeout),
+      timeout_ms_(timeout.count()),
       label_(std::move(label)),
       host_(std::move(host)),
       hosts_(std::move(hosts)) {
@@ -155,7 +155,16 @@ ProcessGroupNeuron::ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& gr
 ProcessGroupNeuron::~ProcessGroupNeuron() = default;
 
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupNeuron::getBackendOptions() {
-  return c10::make_intrusive<Options>("neuron", timeout_);
+  return c10::make_intrusive<Options>("neuron", std::chrono::milliseconds(timeout_ms_.load()));
+}
+
+void ProcessGroupNeuron::setTimeout(std::chrono::milliseconds timeout) {
+  TORCH_CHECK_VALUE(timeout.count() > 0, "neuron: ", label_, ": a timeout must be positive, got ", timeout.count(),
+                    " ms");
+  timeout_ms_.store(timeout.count());
+  if (shm_) shm_->set_timeout(timeout);
+  if (host_) host_->setTimeout(timeout);
+  if (hosts_ && hosts_->leaders) hosts_->leaders->setTimeout(timeout);
 }
 
 c10::Device ProcessGroupNeuron::device_for(const std::vector<at::Tensor>& tensors, const char* name,

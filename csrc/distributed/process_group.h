@@ -66,6 +66,8 @@ class ProcessGroupNeuron : public c10d::Backend {
   c10::intrusive_ptr<Options> getBackendOptions() override;
   // "shm" (one host), "host" (gloo for everything) or "hybrid" (shared memory inside hosts).
   std::string transport() const { return host_ == nullptr ? "shm" : hosts_ ? "hybrid" : "host"; }
+  // A new timeout for the group's later collectives, as gloo and NCCL take one (_set_pg_timeout).
+  void setTimeout(std::chrono::milliseconds timeout) override;
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -126,7 +128,7 @@ class ProcessGroupNeuron : public c10d::Backend {
                                              const std::vector<at::Tensor>& tensors, const c10d::ReduceOp& op,
                                              int root);
 
-  std::chrono::milliseconds timeout_;
+  std::atomic<int64_t> timeout_ms_;  // read by getBackendOptions, set by setTimeout
   std::string label_;
   std::shared_ptr<neuronrt::ShmGroup> shm_;  // shared with queued tasks; a hybrid group's: this host's ranks
   c10::intrusive_ptr<c10d::Backend> host_;

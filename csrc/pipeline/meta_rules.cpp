@@ -237,6 +237,10 @@ void empty_dim_reduces_all(const c10::IValue* args, const Results& results) {
   fully_reduced(results, args[2].toBool() ? static_cast<size_t>(tensor_at(args, 0).dim()) : 0);
 }
 
+void weight_norm_float_norms(const c10::IValue* args, const Results& results) {
+  if (results.size() == 2 && tensor_at(args, 1).scalar_type() == at::kHalf) results[1]->dtype = at::kFloat;
+}
+
 void check_uniform(c10::IValue* args) {
   const double from = args[1].toDouble(), to = args[2].toDouble();
   TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=", from, " > to=", to);

@@ -42,6 +42,9 @@ void multilabel_margin_loss_0d(const c10::IValue* args, const Results& results);
 // nansum(self, dim=[], keepdim): an empty dim list reduces every dimension, as sum does (meta
 // reduces none).
 void empty_dim_reduces_all(const c10::IValue* args, const Results& results);
+// _weight_norm_interface(v, g, dim): the norms of a half g are float, as the CPU and CUDA kernels
+// keep them (meta says half; it widens bfloat16 only).
+void weight_norm_float_norms(const c10::IValue* args, const Results& results);
 
 // Argument checks of CPU kernels that meta kernels lack (ArgRule): the CPU's messages.
 // (Checks that depend only on dtypes, ranks and mode arguments need none: the first call of each

@@ -185,6 +185,8 @@ const Override kOverrides[] = {
      mr::multilabel_margin_loss_0d},
     {"aten::nansum", kRules, 0, "the CPU reduces every dimension for an empty dim list, as sum does",
      mr::empty_dim_reduces_all},
+    {"aten::_weight_norm_interface", kRules, 0, "the CPU (and CUDA) keep a half g's norms in float",
+     mr::weight_norm_float_norms},
     // Sync: the CPU kernel decides what meta cannot predict.
     {"aten::_embedding_bag_forward_only", kSyncMode, 0,
      "its CPU kernel sizes offset2bag, bag_size and max_indices differently from meta"},

@@ -105,7 +105,11 @@ PYBIND11_MODULE(_C, m) {
     const auto& core = runtime().core(d);
     const auto* p = topo.profile;
     py::dict out;
-    out["name"] = "Trainium" + p->name.substr(3) + " (" + p->name + ", software NeuronCore)";
+    // The name as the Neuron runtime reports the chip (tools such as TorchTitan's MFU table match
+    // it); that this core is the software one is in `software` and `description`.
+    out["name"] = p->name;
+    out["description"] = "Trainium" + p->name.substr(3) + " (" + p->name + ", software NeuronCore)";
+    out["software"] = true;
     out["profile"] = p->name;
     out["core_version"] = p->core_version;
     out["total_memory"] = core.hbm_bytes;

@@ -57,6 +57,8 @@ const std::vector<Setting>& all() {
       {"TORCH_NEURONX_DIST_TRANSPORT", "auto",
        "how the neuron process-group backend moves data: auto (shared memory on one host, gloo across hosts), "
        "shm, or host (gloo, also on one host)"},
+      {"TORCH_NEURONX_HOST_ID", "",
+       "names this rank's host to the process group, instead of boot id + IPC, PID and network namespaces"},
   };
   return settings;
 }

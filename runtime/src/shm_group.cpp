@@ -235,7 +235,7 @@ void ShmGroup::exchange_fds() {
   const auto start = std::chrono::steady_clock::now();
   auto left_ms = [&] {
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-    return std::clamp<int64_t>((opts_.timeout - waited).count(), 0, INT32_MAX);
+    return std::clamp<int64_t>((timeout() - waited).count(), 0, INT32_MAX);
   };
   Socket listener(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   const std::string name = segment_name().substr(1) + "-fds";
@@ -260,7 +260,7 @@ void ShmGroup::exchange_fds() {
         connect(s.fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
       const bool late = errno == EAGAIN || errno == EINPROGRESS;
       throw std::runtime_error("neuron: cannot share device memory with " + to + ": " +
-                               (late ? "timed out connecting (timeout " + std::to_string(opts_.timeout.count()) +
+                               (late ? "timed out connecting (timeout " + std::to_string(timeout().count()) +
                                            " ms, set by init_process_group(timeout=...))"
                                      : errno_text() + " (are all ranks in one network namespace?)"));
     }
@@ -298,7 +298,7 @@ void ShmGroup::exchange_fds() {
     if ((ready < 0 && errno == EINTR) || (ready == 0 && left_ms() > 0)) continue;  // a timeout past poll's range
     if (ready <= 0) {
       throw std::runtime_error(
-          "neuron: " + opts_.label + ": timed out after " + std::to_string(opts_.timeout.count()) +
+          "neuron: " + opts_.label + ": timed out after " + std::to_string(timeout().count()) +
           " ms waiting for rank(s) " + rank_list(missing) +
           " to share their device memory (timeout set by init_process_group(timeout=...))" +
           (rejected ? "; meanwhile " + std::to_string(rejected) +
@@ -483,8 +483,9 @@ void ShmGroup::wait(Ready ready, Missing missing, const char* waiting_for, const
   if (ready()) return;
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
+  const auto timeout = this->timeout();  // a wait keeps the deadline it started with
   const auto watchdog = std::max<std::chrono::milliseconds>(
-      std::chrono::seconds(1), std::min<std::chrono::milliseconds>(std::chrono::minutes(1), opts_.timeout / 4));
+      std::chrono::seconds(1), std::min<std::chrono::milliseconds>(std::chrono::minutes(1), timeout / 4));
   auto next_report = start + watchdog;
   auto next_peer_check = start;
   auto where = [&] {
@@ -524,16 +525,16 @@ void ShmGroup::wait(Ready ready, Missing missing, const char* waiting_for, const
       }
     }
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - start);
-    if (waited >= opts_.timeout) {
+    if (waited >= timeout) {
       fail("neuron: " + where() + " timed out after " + std::to_string(waited.count()) + " ms waiting for rank(s) " +
-           rank_list(missing()) + " " + waiting_for + " (timeout " + std::to_string(opts_.timeout.count()) +
-           " ms, set by init_process_group(timeout=...))");
+           rank_list(missing()) + " " + waiting_for + " (timeout " + std::to_string(timeout.count()) +
+           " ms, set by init_process_group(timeout=...) or _set_pg_timeout)");
     }
     if (now >= next_report) {
       next_report += watchdog;
       std::fprintf(stderr, "neuron watchdog: %s has waited %.1f s for rank(s) %s %s (timeout %.1f s)\n",
                    where().c_str(), waited.count() / 1e3, rank_list(missing()).c_str(), waiting_for,
-                   opts_.timeout.count() / 1e3);
+                   timeout.count() / 1e3);
     }
   }
 }

@@ -49,11 +49,48 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+class _PatchWhenLoaded:
+    """Mixed into the class of the spec of a module whose import is under way when a patch for it
+    is asked for (it imported torch, which autoloaded this package: `import
+    transformers.modeling_utils` as a program's first import). importlib clears the spec's
+    `_initializing` once the module's code has run (importlib._bootstrap._load_unlocked, in a
+    `finally`): the waiting patches run then, on the whole module, and the spec gets its own class
+    back."""
+
+    @property
+    def _initializing(self):
+        return self.__dict__.get("_initializing", False)
+
+    @_initializing.setter
+    def _initializing(self, value):
+        self.__dict__["_initializing"] = value
+        if value:
+            return
+        self.__class__ = self.__dict__.pop("_neuron_class")
+        patches = self.__dict__.pop("_neuron_patches")
+        module = sys.modules.get(self.name)
+        if getattr(module, "__spec__", None) is not self:  # its code raised: a later import retries
+            _pending.setdefault(self.name, []).extend(patches)
+            return
+        for patch in patches:
+            patch(module)
+
+
 def after_import(target: str, patch) -> None:
     """Runs patch(module) once `target` is imported (now, if it already is): heavy modules are
-    patched when, and if, something imports them."""
-    if target in sys.modules:
-        patch(sys.modules[target])
+    patched when, and if, something imports them. A module whose import is still running (it is in
+    sys.modules, half-initialised) is patched when that import finishes."""
+    module = sys.modules.get(target)
+    spec = getattr(module, "__spec__", None)
+    if module is not None and getattr(spec, "_initializing", False):
+        if not isinstance(spec, _PatchWhenLoaded):
+            cls = type(spec)
+            spec.__dict__.update(_neuron_class=cls, _neuron_patches=[])
+            spec.__class__ = type(cls.__name__, (_PatchWhenLoaded, cls), {})
+        spec._neuron_patches.append(patch)
+        return
+    if module is not None:
+        patch(module)
         return
     if not any(isinstance(f, _AfterImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _AfterImport())
@@ -441,6 +478,36 @@ def dynamo_backend_registered_once() -> None:
     after_import("torch._dynamo.backends.registry", patch)
 
 
+def process_group_timeouts() -> None:
+    """torch.distributed.distributed_c10d._set_pg_timeout (what TorchTitan calls once its first
+    steps have compiled, to shorten the timeout again) hands the new timeout to a group's gloo and
+    NCCL backends only, and warns "Set timeout is now only supported for either nccl or gloo" for
+    any other: a neuron group kept the timeout it was created with. A group's neuron backend takes
+    it as those do (ProcessGroupNeuron::setTimeout); the group's other backends are PyTorch's."""
+
+    def patch(c10d):
+        original = c10d._set_pg_timeout
+        if getattr(original, "_neuron", False):
+            return
+
+        @functools.wraps(original)
+        def set_pg_timeout(timeout, group=None):
+            pg = group if group is not None else c10d._get_default_group()
+            neuron = torch.device("neuron")
+            if c10d._rank_not_in_group(pg) or neuron not in pg._device_types:
+                return original(timeout, group)
+            from . import _C
+
+            _C._set_process_group_timeout(pg._get_backend(neuron), timeout)
+            if any(d != neuron for d in pg._device_types):  # "cpu:gloo,neuron:neuron": gloo's too
+                original(timeout, group)
+
+        set_pg_timeout._neuron = True
+        c10d._set_pg_timeout = set_pg_timeout
+
+    after_import("torch.distributed.distributed_c10d", patch)
+
+
 def install() -> None:
     tensor_printing()
     linear_cross_entropy_defaults()
@@ -450,3 +517,4 @@ def install() -> None:
     flex_attention_device_check()
     dynamo_function_names_when_logged()
     dynamo_backend_registered_once()
+    process_group_timeouts()

@@ -106,9 +106,14 @@ def generate_static_cache_programs() -> None:
     - a sliding-window layer's Python count of cached tokens (StaticSlidingWindowLayer.
       cumulative_length_int, on which Dynamo would guard value by value) is compiled as a symbolic
       integer: two decode programs, before and after the window fills (compile/per_shape.py keeps
-      an integer that sizes no tensor an argument of the program)."""
+      an integer that sizes no tensor an argument of the program).
+    The rounding stays inside generate: the cache it returns (output.past_key_values) is cut back
+    to the length the CPU gives it, and the length generate keeps for its next call
+    (model._previous_max_cache_length) is the CPU's too."""
 
     def patch(generation_utils):
+        from transformers.cache_utils import StaticLayer
+
         mixin = generation_utils.GenerationMixin
         prepare = mixin._prepare_cache_for_generation
         if getattr(prepare, "_neuron", False):
@@ -117,16 +122,55 @@ def generate_static_cache_programs() -> None:
         @functools.wraps(prepare)
         def prepare_cache(self, generation_config, model_kwargs, generation_mode, batch_size, max_cache_length,
                           *args, **kwargs):
-            if (self.device.type == "neuron" and generation_config.max_cache_len is None
-                    and generation_config.cache_implementation in generation_utils.ALL_STATIC_CACHE_IMPLEMENTATIONS):
-                bucket = static_cache_bucket(max_cache_length)
-                limit = getattr(self.config.get_text_config(decoder=True), "max_position_embeddings", None)
-                max_cache_length = min(bucket, max(max_cache_length, limit)) if isinstance(limit, int) else bucket
-            return prepare(self, generation_config, model_kwargs, generation_mode, batch_size, max_cache_length,
-                           *args, **kwargs)
+            if (self.device.type != "neuron" or generation_config.max_cache_len is not None
+                    or generation_config.cache_implementation not in generation_utils.ALL_STATIC_CACHE_IMPLEMENTATIONS
+                    or model_kwargs.get("past_key_values") is not None):
+                return prepare(self, generation_config, model_kwargs, generation_mode, batch_size, max_cache_length,
+                               *args, **kwargs)
+            # the length the CPU allocates (transformers' _prepare_static_cache never shrinks a model's cache)
+            length = max(max_cache_length, getattr(self, "_previous_max_cache_length", -1))
+            bucket = static_cache_bucket(length)
+            limit = getattr(self.config.get_text_config(decoder=True), "max_position_embeddings", None)
+            bucket = min(bucket, max(length, limit)) if isinstance(limit, int) else bucket
+            result = prepare(self, generation_config, model_kwargs, generation_mode, batch_size, bucket,
+                             *args, **kwargs)
+            self._previous_max_cache_length = length
+            cache = model_kwargs.get("past_key_values")
+            cache = getattr(cache, "self_attention_cache", cache)  # an encoder-decoder's cross cache is not rounded
+            if cache is not None:
+                cache._neuron_visible_length = length
+            return result
+
+        def cut_to_cpu_length(output):
+            cache = getattr(output, "past_key_values", None)
+            cache = getattr(cache, "self_attention_cache", cache)
+            length = getattr(cache, "__dict__", {}).pop("_neuron_visible_length", None)
+            if length is None:
+                return
+            for layer in cache.layers:
+                if not isinstance(layer, StaticLayer):
+                    continue
+                visible = min(layer.max_cache_len, length)  # a sliding layer holds at most its window
+                layer.max_cache_len = visible
+                if getattr(layer, "is_initialized", False) and layer.keys.shape[-2] > visible:
+                    # a copy of the CPU's size and layout, static for Dynamo as the layer's own tensors are
+                    layer.keys = layer.keys[:, :, :visible].clone()
+                    layer.values = layer.values[:, :, :visible].clone()
+                    torch._dynamo.mark_static_address(layer.keys)
+                    torch._dynamo.mark_static_address(layer.values)
+
+        generate = mixin.generate
+
+        @functools.wraps(generate)
+        def generate_with_cpu_cache_length(self, *args, **kwargs):
+            output = generate(self, *args, **kwargs)
+            cut_to_cpu_length(output)
+            return output
 
         prepare_cache._neuron = True
+        generate_with_cpu_cache_length._neuron = True
         mixin._prepare_cache_for_generation = prepare_cache
+        mixin.generate = generate_with_cpu_cache_length
 
     def patch_compiled_call(modeling_utils):
         model_class = modeling_utils.PreTrainedModel

@@ -134,7 +134,7 @@ def main(argv=None):
     r = report.assess(base, batch=8, seq=64, train=True)
     est = r["estimate"]["trn2"]
     print(f"Trainium estimate (python -m torch_neuronx.report {base} --batch 8 --seq 64 --train): a training step "
-          f"on {r['min_devices']['trn2']} trn2 logical core(s) in {est['step_seconds'] * 1e3:.3f} ms, "
+          f"on {est['devices']} trn2 logical core(s) in {est['step_seconds'] * 1e3:.3f} ms, "
           f"{est['tokens_per_second']:,.0f} tokens/s (cost model, not a measurement)")
     print(f"done in {time.perf_counter() - start:.0f} s")
     return losses[-1], counts, text

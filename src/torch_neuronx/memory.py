@@ -73,7 +73,7 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
     ]
     width = 75
     lines = ["=" * width,
-             f" neuron:{idx} memory summary — {props['name']}, {_fmt(total)} device memory".ljust(width),
+             f" neuron:{idx} memory summary — {props['description']}, {_fmt(total)} device memory".ljust(width),
              "-" * width,
              f"{'Metric':<22}{'Cur Usage':>13}{'Peak Usage':>13}{'Tot Alloc':>13}{'Tot Freed':>13}",
              "-" * width]

@@ -151,6 +151,8 @@ class _NeuronDeviceProperties:
     dense_fp32_flops: float
     sbuf_bytes: int
     psum_bytes: int
+    description: str = ""
+    software: bool = False
     type: str = "neuron"
 
 
@@ -173,7 +175,11 @@ def device_health(device: _device_t = None) -> str:
 
 
 def get_device_name(device: _device_t = None) -> str:
-    return get_device_properties(device).name
+    """"neuron", as Trainium's PyTorch backend names its devices; the chip is
+    get_device_properties(device).name ("trn2", "trn3"): tools that recognise Trainium (TorchTitan's
+    MFU table) read the two."""
+    get_device_properties(device)  # checks the index
+    return "neuron"
 
 
 def get_device_capability(device: _device_t = None) -> tuple:

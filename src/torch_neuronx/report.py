@@ -5,7 +5,8 @@ The model is built from its `config.json` on the meta device (no weights are rea
 and one step runs there: its ATen ops give the plan of each on neuron (`explain`), the tensors the
 backward keeps (activation memory) and the cost model's estimate (`cost_model.py`). Printed as
 text, with `--json PATH` as JSON with the keys `will_run`, `fallbacks`, `sync_ops`,
-`graph_breaks`, `parameters`, `memory`, `min_devices`, `estimate` (and `breakdown`: µs per op name),
+`graph_breaks`, `parameters`, `memory`, `min_devices`, `estimate`, `layouts` (report_layouts.py: the
+best TP x DP splits, each with its bounding term) and `breakdown` (µs per op name),
 and with `--html PATH` as a page with the time by op and the memory bars (report_html.py).
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 
 import torch
 
-from . import _C
+from . import _C, report_layouts
 from .cost_model import ROOFLINES, estimate
 
 GIB = 1 << 30
@@ -25,6 +26,7 @@ _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # Device memory of one logical core (LNC=2) and the largest instance's logical cores.
 _CORE_HBM = {"trn2": 96 * GIB // 4, "trn3": 144 * GIB // 4}
 _MAX_DEVICES = 64
+_DEGREES = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # --devices: up to four instances (EFA between them)
 
 
 class ReportError(Exception):
@@ -85,8 +87,8 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
         raise ReportError(f"--dtype {dtype}: expected one of {', '.join(_DTYPES)}")
     if batch < 1 or seq < 1 or generate < 0:
         raise ReportError("--batch and --seq must be positive, --generate non-negative")
-    if devices is not None and devices not in (1, 2, 4, 8, 16, 32, 64):
-        raise ReportError(f"--devices {devices}: expected a power of two from 1 to {_MAX_DEVICES}")
+    if devices is not None and devices not in _DEGREES:
+        raise ReportError(f"--devices {devices}: expected a power of two from 1 to {_DEGREES[-1]}")
     torch_dtype = _DTYPES[dtype]
     config, model = _load(model_dir, torch_dtype)
     params = sum(p.numel() for p in model.parameters())
@@ -98,10 +100,13 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
         saved[0] += t.numel() * t.element_size()
         return t
 
+    cache = [None]
+
     def step():
         if generate:
-            with torch.no_grad():
-                model(input_ids=ids)  # the prompt; the decode steps are added below
+            cache[0] = _static_cache(config, batch, seq + 1, torch_dtype)
+            with torch.no_grad():  # the prompt, into a KV cache the decode steps below read
+                model(input_ids=ids, past_key_values=cache[0], use_cache=cache[0] is not None)
         elif train:
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
                 loss = model(input_ids=ids, labels=ids).loss
@@ -116,9 +121,11 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
         saved[0] = 0
         est = estimate(step, profile=profile, lnc=2)
         estimates[profile] = est
-        if generate:  # then one token per step, each reading every weight
+        if generate:  # then one token per step, each reading every weight and the prompt's KV cache
             one = torch.zeros(batch, 1, dtype=torch.long, device="meta")
-            decodes[profile] = estimate(lambda: model(input_ids=one), profile=profile, lnc=2)
+            at = {"past_key_values": cache[0], "cache_position": torch.tensor([seq], device="meta")} if cache[0] else {}
+            with torch.no_grad():
+                decodes[profile] = estimate(lambda: model(input_ids=one, **at), profile=profile, lnc=2)
         ops |= {o.name for o in est.ops}
         dtypes |= {o.dtype for o in est.ops}
     fallbacks, syncs = _plans({n for n in ops if n.startswith("aten::")})
@@ -130,36 +137,25 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
                            if generate else 0)}
     total = sum(memory.values())
     memory["total"] = total
-    min_devices, result = {}, {}
+    min_devices, result, layouts = {}, {}, {}
+    for profile in estimates:
+        min_devices[profile] = next((d for d in _DEGREES[:7] if total / d <= 0.9 * _CORE_HBM[profile]), None)
+    # Both profiles at one count of logical cores (LNC=2: four per chip on Trn2 and Trn3), so they
+    # compare at equal chips: `devices`, or the most either needs.
+    fitting = [d for d in min_devices.values() if d is not None]
+    degree = devices if devices is not None else (max(fitting) if fitting else None)
+    cfg = {"layers": config.num_hidden_layers, "hidden": config.hidden_size, "item": item, "batch": batch,
+           "seq": seq, "train": train, "generate": generate, "params": params, "fsdp": train}
     for profile, est in estimates.items():
-        degree = next((d for d in (1, 2, 4, 8, 16, 32, 64) if total / d <= 0.9 * _CORE_HBM[profile]), None)
-        min_devices[profile] = degree
-        if devices is not None:
-            degree = devices if total / devices <= 0.9 * _CORE_HBM[profile] else None
-        if degree is None:
+        if degree is None or min_devices[profile] is None or min_devices[profile] > degree:
             result[profile] = None
             continue
-        roof = ROOFLINES[profile]
-        link = roof.link_bytes_per_s * 2 / 8  # one logical core's share of NeuronLink (LNC=2)
-
-        def all_reduces(tokens: int, passes: int) -> float:
-            """Tensor parallel: two all-reduces of the hidden state per layer and pass, each a ring
-            moving ~2x its buffer, plus the fixed cost."""
-            if degree == 1:
-                return 0.0
-            size = batch * tokens * config.hidden_size * item
-            return 2 * passes * config.num_hidden_layers * (roof.fixed_us * 1e-6 + 2 * size / link)
-
-        seconds = est.sharded_us(degree) * 1e-6 + all_reduces(seq, 2 if train else 1)
-        if train and degree > 1:  # and the gradients, reduced over NeuronLink each step
-            seconds += 2 * params * item / degree / link
-        token = decodes[profile].sharded_us(degree) * 1e-6 + all_reduces(1, 1) if generate else None
-        if generate:
-            seconds += generate * token
-        tokens = batch * (generate if generate else seq)
-        result[profile] = {"step_seconds": seconds, "tokens_per_second": tokens / seconds, "devices": degree}
-        if generate:
-            result[profile]["token_seconds"] = token
+        tp = min(degree, report_layouts.INSTANCE_CORES)
+        result[profile] = report_layouts.price(profile, tp, degree // tp, est, decodes.get(profile), cfg)
+        options = [report_layouts.price(profile, t, d, est, decodes.get(profile), cfg)
+                   for t, d in report_layouts.candidates(
+                       degree, report_layouts.fits(memory, _CORE_HBM[profile], train))]
+        layouts[profile] = sorted(options, key=lambda r: -r["tokens_per_second"])[:3]
     if all(v is None for v in min_devices.values()):
         raise ReportError(f"{total / GIB:,.1f} GiB does not fit {_MAX_DEVICES} logical cores of trn2 or trn3")
     if all(v is None for v in result.values()):
@@ -171,9 +167,22 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
             # the forward as torch.compile(model) traces it (without a KV cache)
             "graph_breaks": graph_breaks(model, input_ids=ids, use_cache=False),
             "parameters": params, "memory": memory, "min_devices": min_devices, "estimate": result,
+            "layouts": layouts,
             "breakdown": {p: [list(row) for row in (decodes or estimates)[p].by_op()[:30]] for p in estimates},
             "assumptions": {"batch": batch, "seq": seq, "train": train, "generate": generate, "dtype": dtype,
-                            "lnc": 2, "optimizer": "AdamW, states in the parameter dtype" if train else None}}
+                            "lnc": 2, "optimizer": "AdamW, states in the parameter dtype" if train else None,
+                            "compared at": f"{degree} logical cores on each profile ({(degree or 0) / 4:g} chips)"}}
+
+
+def _static_cache(config, batch: int, length: int, dtype):
+    """A static KV cache on the meta device (written in place, as Neuron's serving stacks keep it);
+    None where the architecture has no static cache (then decode is priced without one)."""
+    import transformers
+
+    try:
+        return transformers.StaticCache(config=config, max_cache_len=length)
+    except Exception:
+        return None
 
 
 def _text(r: dict) -> str:
@@ -182,13 +191,17 @@ def _text(r: dict) -> str:
         if r[key]:
             lines.append(f"  {key}: " + ", ".join(e["op"] for e in r[key]))
     lines.append("  memory (GiB): " + ", ".join(f"{k} {v / GIB:.2f}" for k, v in r["memory"].items()))
+    lines.append(f"  compared at {r['assumptions']['compared at']} (cost-model estimates, not measurements)")
     for profile, est in r["estimate"].items():
         if est is None:
             lines.append(f"  {profile}: does not fit")
-        else:
-            lines.append(f"  {profile}: fits {r['min_devices'][profile]} logical core(s); on {est['devices']}: "
-                         f"step {est['step_seconds']:.3f} s, "
-                         f"{est['tokens_per_second']:,.0f} tokens/s (cost-model estimate)")
+            continue
+        lines.append(f"  {profile}: fits {r['min_devices'][profile]} logical core(s); on {est['devices']}: "
+                     f"step {est['step_seconds']:.3f} s, {est['tokens_per_second']:,.0f} tokens/s, "
+                     f"bound by {est['bound']}")
+        for i, lay in enumerate(r["layouts"].get(profile, []), 1):
+            lines.append(f"    layout {i}: {lay['layout']}: step {lay['step_seconds']:.3f} s, "
+                         f"{lay['tokens_per_second']:,.0f} tokens/s, bound by {lay['bound']}")
     return "\n".join(lines)
 
 

@@ -23,6 +23,7 @@
 // - A wait that lasts longer than a watchdog interval is reported on stderr while it goes on.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -89,6 +90,10 @@ class ShmGroup {
   void send(int dst, const void* data, size_t bytes);
   void recv(int src, void* data, size_t bytes);
 
+  // The deadline of every later wait (torch.distributed's _set_pg_timeout); any thread.
+  void set_timeout(std::chrono::milliseconds timeout) { timeout_ms_.store(timeout.count()); }
+  std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms_.load()); }
+
   // Marks the group unusable for every rank, with a reason the others report.
   void abort(const std::string& reason);
   // Non-empty once the group has been aborted (by any rank).
@@ -110,6 +115,7 @@ class ShmGroup {
   uint8_t* chunk(int src, int dst, uint64_t index) const;
 
   ShmGroupOptions opts_;
+  std::atomic<int64_t> timeout_ms_{opts_.timeout.count()};  // opts_.timeout, then as set_timeout sets it
   uint8_t* base_ = nullptr;
   size_t bytes_ = 0;
   size_t ranks_at_ = 0, channels_at_ = 0, buffers_at_ = 0, chunks_at_ = 0;  // offsets in the segment

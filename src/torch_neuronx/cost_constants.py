@@ -1,0 +1,154 @@
+"""Every constant the cost model (cost_model.py) and the report's layouts (report.py) use beyond the
+rooflines, one table per profile, each beside its unit and its source, and the collectives model
+built from them.
+
+A constant is one of: `doc` (a figure AWS publishes), `nki` (the NKI profile's own, so an NKI kernel
+and an aten op are priced by one model: nki/_profile.py), `fitted` (chosen so the published NxDI
+rows of the training set fit, never per row: benchmarks/cost_model_vs_aws.py says how many constants
+against how many rows, and reports a held-out third separately), `assumed` (no figure found and no
+published row to fit it to: a placeholder, said so).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .nki import _profile
+
+SDK = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/"
+TRN2_PAGE = SDK + "about-neuron/arch/neuron-hardware/trainium2.html"
+TRN3_PAGE = SDK + "about-neuron/arch/neuron-hardware/trainium3.html"
+TRN2_INSTANCE = "https://aws.amazon.com/ec2/instance-types/trn2/"
+COLLECTIVES_PAGE = SDK + "neuron-runtime/about/collectives.html"
+
+
+@dataclass(frozen=True)
+class Constant:
+    value: float
+    unit: str
+    kind: str  # "doc", "nki" or "fitted"
+    source: str
+
+
+def _nki_dma_fixed_us(profile: str) -> float:
+    return _profile.PROFILES[profile].dma_fixed_ns * 1e-3
+
+
+# Logical cores (LNC=2) per chip and chips per instance: a trn2.48xlarge is 16 chips of 8 physical
+# cores in a 4x4 NeuronLink torus (64 logical cores at LNC=2); Trn3 keeps 8 physical cores per chip.
+LOGICAL_CORES_PER_CHIP = 4
+CHIPS_PER_INSTANCE = 16
+
+CONSTANTS = {
+    "trn2": {
+        "kernel_launch_us": Constant(0.0, "µs per op", "fitted",
+                                     "an op's instruction-stream start beside its DMA descriptor; the fit finds "
+                                     "the descriptor's 1.3 µs covers it"),
+        "dma_fixed_us": Constant(_nki_dma_fixed_us("trn2"), "µs per op", "nki",
+                                 "a DMA descriptor's start-up (nki/_profile.py dma_fixed_ns, NKI DMA guide)"),
+        "step_overhead_us": Constant(9750.0, "µs per forward step", "fitted",
+                                     "the runtime's and the server's fixed cost per model execution (NEFF "
+                                     "launch, input copies, sampling, vLLM's scheduling)"),
+        "request_overhead_us": Constant(13000.0, "µs per served request", "fitted",
+                                        "a served request's admission before its first step (HTTP, "
+                                        "tokenization, scheduling): in a published TTFT, not in TPOT"),
+        "chip_fabric_bytes_per_s": Constant(2.9e12, "bytes/s per chip", "doc",
+                                            "collectives between the logical cores of one chip move through its "
+                                            "HBM: " + TRN2_PAGE),
+        "neuronlink_bytes_per_s": Constant(1.28e12, "bytes/s per chip", "doc",
+                                           "NeuronLink-v3 chip-to-chip bandwidth, all links both ways: "
+                                           + TRN2_PAGE),
+        "neuronlink_ring_bytes_per_s": Constant(85e9, "bytes/s per rank", "fitted",
+                                                "the bus bandwidth a collective's ring achieves over the torus: "
+                                                "at most one link one way (1.28 TB/s over 4 links x 2 ways = "
+                                                "160 GB/s); fitted to the TP=64 prefill rows"),
+        "efa_bytes_per_s": Constant(3.2e12 / 8, "bytes/s per instance", "doc",
+                                    "3.2 Tbps EFAv3 per trn2.48xlarge: " + TRN2_INSTANCE),
+        "chip_hop_us": Constant(0.5, "µs per algorithm step", "assumed",
+                                "a step of a collective between cores of one chip (a semaphore wait; the "
+                                "DMA descriptor is the op's fixed cost); no published row exercises it"),
+        "neuronlink_hop_us": Constant(1.0, "µs per algorithm step", "assumed",
+                                      "a step of a collective over the 4x4 torus (a chip-to-chip DMA's "
+                                      "latency beside its descriptor); the decode rows cannot tell it from "
+                                      "the per-op cost, which a collective pays too"),
+        "efa_hop_us": Constant(20.0, "µs per algorithm step", "assumed",
+                               "a step across instances over EFA (" + COLLECTIVES_PAGE + "); no published "
+                               "row exercises it"),
+    },
+}
+# Trn3: its own HBM and NeuronLink-v4 figures; the latency constants as Trn2's (AWS publishes no
+# Trn3 model figures to fit them to).
+CONSTANTS["trn3"] = {
+    name: Constant(c.value, c.unit, c.kind, "as trn2 (no Trn3 figure published): " + c.source)
+    for name, c in CONSTANTS["trn2"].items()}
+CONSTANTS["trn3"].update({
+    "dma_fixed_us": Constant(_nki_dma_fixed_us("trn3"), "µs per op", "nki", "nki/_profile.py dma_fixed_ns (trn3)"),
+    "chip_fabric_bytes_per_s": Constant(4.9e12, "bytes/s per chip", "doc", "Trn3 HBM: " + TRN3_PAGE),
+    "neuronlink_bytes_per_s": Constant(2.56e12, "bytes/s per chip", "doc", "NeuronLink-v4: " + TRN3_PAGE),
+    "neuronlink_ring_bytes_per_s": Constant(CONSTANTS["trn2"]["neuronlink_ring_bytes_per_s"].value * 2,
+                                            "bytes/s per rank", "fitted",
+                                            "trn2's fitted ring bandwidth scaled by NeuronLink-v4/v3 "
+                                            "(2.56 / 1.28 TB/s per chip)"),
+})
+
+
+def value(profile: str, name: str) -> float:
+    return CONSTANTS[profile][name].value
+
+
+def topology(ranks: int, lnc: int = 2) -> str:
+    """Where a group of `ranks` logical cores at LNC=`lnc` talks: within one chip, across the
+    instance's NeuronLink torus, or across instances over EFA (ranks fill a chip, then an instance,
+    AWS's recommended placement)."""
+    per_chip = 8 // lnc
+    if ranks <= per_chip:
+        return "chip"
+    if ranks <= per_chip * CHIPS_PER_INSTANCE:
+        return "neuronlink"
+    return "efa"
+
+
+_KINDS = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}
+
+
+def collective_seconds(kind: str, nbytes: int, ranks: int, profile: str = "trn2", lnc: int = 2) -> tuple:
+    """(seconds, bound) of one collective of `nbytes` (the full buffer: all-reduce's input,
+    all-gather's output, reduce-scatter's input, all-to-all's input) among `ranks` logical cores.
+
+    Latency: a hierarchical algorithm's ceil(log2(ranks)) steps (twice for all-reduce: a
+    reduce-scatter then an all-gather), each level's steps at its own hop latency: within a chip,
+    then across the torus, then across instances.
+    Bandwidth: the bus bytes each rank moves ((ranks-1)/ranks of the buffer, twice for all-reduce)
+    at its share of the slowest link it crosses."""
+    if kind not in _KINDS:
+        raise ValueError(f"collective_seconds: unknown collective {kind!r}; known: {', '.join(sorted(_KINDS))}")
+    if nbytes < 0 or ranks < 1:
+        raise ValueError(f"collective_seconds: nbytes must be >= 0 and ranks >= 1, got {nbytes} and {ranks}")
+    if ranks == 1:
+        return 0.0, "none"
+    where = topology(ranks, lnc)
+    per_chip = 8 // lnc
+    c = CONSTANTS[profile]
+    if where == "chip":
+        bw = c["chip_fabric_bytes_per_s"].value / per_chip
+    elif where == "neuronlink":  # a ring: every rank streams at its slowest edge's rate
+        bw = c["neuronlink_ring_bytes_per_s"].value
+    else:
+        bw = c["efa_bytes_per_s"].value / (per_chip * CHIPS_PER_INSTANCE)
+    per_instance = per_chip * CHIPS_PER_INSTANCE
+    levels = (("chip", min(ranks, per_chip)), ("neuronlink", min(max(ranks // per_chip, 1), CHIPS_PER_INSTANCE)),
+              ("efa", max(ranks // per_instance, 1)))
+    latency = sum(math.ceil(math.log2(n)) * c[f"{level}_hop_us"].value * 1e-6 for level, n in levels if n > 1)
+    latency *= 2 if kind == "all_reduce" else 1
+    bus = (ranks - 1) / ranks * (2 if kind == "all_reduce" else 1)
+    bandwidth = bus * nbytes / bw
+    return latency + bandwidth, ("collective latency" if latency >= bandwidth else "collective bandwidth")
+
+
+def table() -> str:
+    """The constants as a Markdown table (the README's, and `make bench-cost-model`'s)."""
+    rows = ["| profile | constant | value | unit | kind | source |", "|---|---|---|---|---|---|"]
+    for profile, consts in CONSTANTS.items():
+        for name, k in consts.items():
+            rows.append(f"| {profile} | {name} | {k.value:g} | {k.unit} | {k.kind} | {k.source} |")
+    return "\n".join(rows)
