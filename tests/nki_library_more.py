@@ -292,6 +292,56 @@ def _qkv_cte_ref(input, fused_qkv_weights, output_layout, bias, fused_residual_a
     return [out["out"]]
 
 
+def _attention_tkg_kernel(q, k_active, v_active, k_prior, v_prior, mask, inv_freqs, rope_pos_ids, cfg,
+                          attn_out_shape, k_out_shape):
+    """test_attention_tkg's attn_tkg_wrapper for HBM inputs and outputs with RoPE fused: an SBUF
+    manager over the SBUF less 16 KiB, the two HBM outputs, the kernel."""
+    nl = _nl()
+    sbm = _load("core.utils.allocator.SbufManager")(0, nl.tile_size.total_available_sbuf_size - 16 * 1024,
+                                                    _load("core.utils.logging.Logger")("SBM"))
+    sbm.open_scope()
+    out = nl.ndarray(attn_out_shape, dtype=q.dtype, buffer=nl.shared_hbm)
+    k_out = nl.ndarray(k_out_shape, dtype=q.dtype, buffer=nl.shared_hbm) if cfg.fuse_rope else None
+    attn_out, k_out = _load("core.attention.attention_tkg.attention_tkg")(
+        q, k_active, v_active, k_prior, v_prior, mask, out, cfg, sbm, inv_freqs, rope_pos_ids, None, None, None,
+        k_out)
+    sbm.close_scope()
+    return (attn_out, k_out) if cfg.fuse_rope else (attn_out,)
+
+
+def _attention_tkg(bs, q_head, s_active, curr, full, d):
+    """test_attention_tkg's inputs for a flat KV cache, K prior transposed, positions and RoPE fused:
+    np_random_sample (seed 0) in turn for q, k/v active, k/v prior (bf16); a causal active mask."""
+    cfg = _load("core.attention.attention_tkg_utils.AttnTKGConfig")(
+        bs, q_head, s_active, curr, full, d, 0, tp_k_prior=True, use_pos_id=True, fuse_rope=True)
+    pos_id = ((np.arange(bs) * 3 + (curr // 4 * 3)) % (curr - s_active))[:, None]
+    np.random.seed(0)
+
+    def draw(*shape):
+        return torch.from_numpy(np.random.random_sample(shape)).to(torch.bfloat16)
+
+    q, k_active = draw(bs, q_head, s_active, d), draw(bs, 1, s_active, d)
+    v_active, k_prior, v_prior = draw(bs, 1, s_active, d), draw(bs, 1, full, d), draw(bs, 1, full, d)
+    mask = torch.tril(torch.ones(s_active, s_active)).expand(bs, q_head, -1, -1).permute(3, 0, 1, 2)
+    inv_freqs = torch.from_numpy(np.random.random(size=(d // 2, 1)).astype(np.float32))
+    return {"q": q, "k_active": k_active, "v_active": v_active, "k_prior": k_prior, "v_prior": v_prior,
+            "mask": mask.to(torch.uint8).contiguous(), "inv_freqs": inv_freqs,
+            "rope_pos_ids": torch.from_numpy(np.broadcast_to(pos_id, (bs, s_active)).astype(np.float32).copy()),
+            "cfg": cfg, "attn_out_shape": (bs, q_head, d, s_active), "k_out_shape": (bs, 1, d, s_active)}
+
+
+def _attention_tkg_ref(lnc):
+    def ref(q, k_active, v_active, k_prior, v_prior, mask, inv_freqs, rope_pos_ids, cfg, attn_out_shape,
+            k_out_shape):
+        out, k_out = _load("core.attention.attention_tkg_torch.attention_tkg_torch_ref", lnc)(
+            q=q, k_active=k_active, v_active=v_active, k_prior=k_prior, v_prior=v_prior, mask=mask,
+            out=torch.zeros(attn_out_shape, dtype=torch.float32), cfg=cfg, sbm=None, inv_freqs=inv_freqs,
+            rope_pos_ids=rope_pos_ids, start_pos_ids=None, sink=None, active_blocks_table=None,
+            k_out=torch.zeros(k_out_shape, dtype=torch.float32), DBG_TENSORS=None)
+        return [out, k_out]
+    return ref
+
+
 def more_cases() -> list[Case]:
     cases = []
     # router_topk: test_router_topk's base configs, x in HBM as [H, T]; shard_on_tokens needs sendrecv
@@ -402,6 +452,10 @@ def more_cases() -> list[Case]:
         cases.append(Case(f"qkv_cte lnc1 b{b} s{s_len} h{h}{f'/{ha}' if ha else ''} i{i} {norm.lower()} add={fadd} "
                           f"eps={eps} bf16", "core.qkv.qkv_cte.qkv_cte", _qkv_cte_ref,
                           lambda a=(b, s_len, h, ha, i, norm, fadd, eps): _qkv_cte(*a), 1, 2e-2, 1e-5))
+    # attention_tkg: test_attn_tkg_fast's smallest row (RoPE fused, positions, K prior transposed), LNC 1 and 2
+    for lnc in (1, 2):
+        cases.append(Case(f"attention_tkg lnc{lnc} b4 qh2 act7 prior256/16384 d128 rope bf16", _attention_tkg_kernel,
+                          _attention_tkg_ref(lnc), lambda: _attention_tkg(4, 2, 7, 256, 16384, 128), lnc, 1e-2, 1e-5))
     # rmsnorm_quant: test_rmsnorm_quant_lnc_unit's rows (bf16 in, fp8 e4m3 out; its validator's rtol
     # 0.072 for the values, 0.007 for the row scales)
     for s_len, quant_only, quant, lb in [(2, True, "ROW", 0.0), (2, False, "ROW", 0.5), (160, False, "ROW", 0.0),

@@ -548,3 +548,23 @@ def test_a_destination_stepping_zero_keeps_the_last_element_written():
     got = both(sum_of_squares, x)
     assert torch.allclose(got[:, 0], x.square().sum(1), rtol=1e-6, atol=1e-6)
     assert torch.equal(got[:, 1], x[:, -1].square())
+
+
+@nki.jit
+def shaped_apart(x, y):
+    # attention_tkg's softmax step: a [P, 2, 56] tile and a [P, 112] one combined element by element.
+    p = x.shape[0]
+    a = nl.ndarray((p, 112), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=x)
+    b = nl.ndarray((p, 2, 56), dtype=y.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=b, src=y)
+    d = nl.ndarray((p, 112), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=d, data1=a, data2=b, op=nl.subtract)
+    out = nl.ndarray((p, 112), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=d)
+    return out
+
+
+def test_tensor_tensor_takes_tiles_whose_free_dims_are_shaped_apart():
+    x, y = torch.randn(16, 112), torch.randn(16, 2, 56)
+    assert torch.equal(both(shaped_apart, x, y), x - y.reshape(16, 112))

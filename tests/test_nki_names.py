@@ -735,8 +735,8 @@ def test_rule_activate2_pairs_and_generation():
     expect_rule("activate2 is available only on NeuronCore-v4", k, (1, 1))
 
 
-def test_dma_engine_is_the_dma_engine_value():
-    assert nisa.dma_engine is nisa.engine.dma
+def test_dma_engine_names_the_two_dma_queues():
+    assert [m.name for m in nisa.dma_engine] == ["dma", "gpsimd_dma"]
 
 
 # --- registers known at trace time --------------------------------------------------------------

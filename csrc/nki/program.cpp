@@ -509,7 +509,9 @@ void execute(Memory& mem, const Step& s, int team) {
       const bool integral = s.i[3] != 0;
       size_t next = 1;
       const at::Tensor a = operand_or_scalar(mem, s, a_scalar ? 0 : next++, a_scalar, s.f[0], integral);
-      const at::Tensor b = operand_or_scalar(mem, s, b_scalar ? 0 : next++, b_scalar, s.f[1], integral);
+      at::Tensor b = operand_or_scalar(mem, s, b_scalar ? 0 : next++, b_scalar, s.f[1], integral);
+      // Two tiles of one size whose free dims are shaped apart meet element by element, in order.
+      if (!b_scalar && !a_scalar && a.numel() == b.numel() && !a.sizes().equals(b.sizes())) b = b.reshape(a.sizes());
       mem.write(o[0], binary(s.i[0], a, b));
       return;
     }

@@ -187,7 +187,8 @@ def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value
 def tensor_tensor(dst, data1, data2, op, engine=None, name=None):
     ins = "tensor_tensor"
     _two_inputs(dst, data1, data2, ("dst", "data1", "data2"), ins)
-    check(data1.shape == data2.shape, "shape", f"data1 {data1.shape} and data2 {data2.shape} differ in shape", ins)
+    # Same partitions and elements per partition (_two_inputs); the free dims may be shaped apart, as
+    # attention_tkg's [P, 2, 56] against [P, 112]: the engine streams both in order.
     code = _op(op, "alu", ins)
     integral = _is_int(data1) and _is_int(data2) and _is_int(dst)
     if getattr(op, "bitvec", False):

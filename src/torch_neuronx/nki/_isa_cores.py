@@ -39,7 +39,7 @@ def core_barrier(data, cores, engine=None, name=None):
     trace.phase += 1
 
 
-def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id=0, engine=None, name=None):
+def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id=0, dma_engine=None, engine=None, name=None):
     """Send the on-chip tile `src` to program `send_to_rank` and receive program `recv_from_rank`'s
     tile into `dst` (the n-th message on a pipe meets the n-th on it). The message goes through an
     HBM buffer: written before the exchange, read after it."""

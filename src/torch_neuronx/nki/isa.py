@@ -7,6 +7,7 @@ steps that execute it. Engines compute in fp32 and cast to the destination's dty
 """
 from __future__ import annotations
 
+import enum
 import sys
 import types
 
@@ -28,7 +29,14 @@ from ._isa_extra import (
 )
 from ._isa_rng import dropout, rand2, rand_get_state, rand_set_state, rng, set_rng_seed
 
-dma_engine = engine.dma  # NKI's name for the DMA engine (as an `engine=` value)
+
+
+class dma_engine(enum.Enum):  # noqa: N801  (NKI's spelling)
+    """Which DMA moves a transfer (sendrecv's `dma_engine=`): the shared DMA queues, or GpSimd's own
+    for SBUF-to-SBUF swaps between the two cores of LNC 2. Either moves the same bytes here."""
+    dma = "dma"
+    gpsimd_dma = "gpsimd_dma"
+
 
 __all__ = ["dma_copy", "dma_transpose", "tensor_copy", "memset", "iota", "affine_select", "tensor_tensor",
            "tensor_scalar", "scalar_tensor_tensor", "tensor_reduce", "tensor_partition_reduce", "activation",
