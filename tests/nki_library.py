@@ -19,6 +19,7 @@ import json
 import sys
 import time
 import traceback
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,14 +30,19 @@ import torch
 @dataclass
 class Case:
     name: str
-    kernel: str            # module.attr under nkilib_src.nkilib
-    ref: str               # the kernel's PyTorch reference, same form
+    kernel: object         # module.attr under nkilib_src.nkilib, or a wrapper kernel written here
+    ref: object            # the kernel's PyTorch reference, same forms
     inputs: callable       # () -> dict of keyword arguments (CPU tensors and plain values)
     lnc: int = 1
-    rtol: float = 1e-3
+    rtol: float = 1e-3        # or one per compared output
     atol: float = 1e-3
     ref_args: callable = None   # kwargs -> kwargs for the reference, when it takes other names
     outputs: list = field(default_factory=list)  # which reference outputs to compare, in order
+    # (outs, refs, kwargs) -> (outs, refs): what the kernel's test compares where that is not the
+    # raw outputs (a top-k's values sorted, its indices through the input they pick)
+    post: callable = None
+    # float64 unless the reference cannot run in it (conv1d's builds a float32 torch.nn.Conv1d)
+    ref_dtype: torch.dtype = torch.float64
 
 
 def _seeded(fn):
@@ -113,7 +119,9 @@ def _cases() -> list[Case]:
         cases.append(Case(f"rope d{d} b{b} h{h} s{s} contiguous={contiguous} bf16", "core.embeddings.rope.RoPE",
                           "core.embeddings.rope_torch.rope_torch_ref",
                           _seeded(lambda a=(d, b, h, s, contiguous): _rope(*a)), 1, 2 ** -7, 1e-3))
-    return cases
+    from nki_library_more import more_cases
+
+    return cases + more_cases()
 
 
 def _attention_bwd(b, qh, kvh, s, dh):
@@ -140,6 +148,16 @@ def _rope(d, b, h, s, contiguous):
             "sin": torch.randn(d // 2, b, s).to(torch.bfloat16), "contiguous_layout": contiguous}
 
 
+class _Absent(types.ModuleType):
+    """A module nki-library imports for paths these cases do not take; using it says what is missing."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):  # what inspect and importlib probe for
+            raise AttributeError(name)
+        raise ImportError(f"{self.__name__}.{name}: {self.__name__} (AWS's package) is not installed here; "
+                          f"only nki-library's MX-format references use it")
+
+
 def install_aliases(checkout: Path):
     """What a user does to run nki-library unchanged: `import nki` resolves to torch_neuronx.nki."""
     import torch_neuronx.nki  # noqa: F401
@@ -147,12 +165,26 @@ def install_aliases(checkout: Path):
     for sub in ("", ".language", ".isa", ".isa.constants", ".typing", ".collectives"):
         importlib.import_module("torch_neuronx.nki" + sub)
         sys.modules["nki" + sub] = sys.modules["torch_neuronx.nki" + sub]
+        # the compiler package's spelling, which router_topk still imports (neuronxcc.nki.typing)
+        sys.modules["neuronxcc.nki" + sub] = sys.modules["torch_neuronx.nki" + sub]
+    sys.modules.setdefault("neuronxcc", types.ModuleType("neuronxcc")).nki = sys.modules["torch_neuronx.nki"]
+    try:
+        importlib.import_module("neuron_dtypes")
+    except ImportError:  # AWS's numpy dtype package: only the MX references call it, at import it need not be
+        sys.modules["neuron_dtypes"] = _Absent("neuron_dtypes")
     sys.path.insert(0, str(checkout / "src"))
+    # qkv_tkg's reference imports its norms from the checkout's test tree (test.integration...), which
+    # must win over the standard library's `test` package
+    sys.path.insert(0, str(checkout))
 
 
-def _load(path: str):
+def _load(path, lnc: int = 1):
+    if not isinstance(path, str):
+        return path
     module, attr = path.rsplit(".", 1)
-    return getattr(importlib.import_module("nkilib_src.nkilib." + module), attr)
+    obj = getattr(importlib.import_module("nkilib_src.nkilib." + module), attr)
+    # nki-library's LncSubscriptable references are called as ref[lnc](...)
+    return obj[lnc] if type(obj).__name__ == "LncSubscriptable" else obj
 
 
 def _as_list(result):
@@ -185,15 +217,18 @@ def run_case(case: Case, where: str) -> dict:
         kernel = nki.jit(_load(case.kernel))
         kernel = kernel[case.lnc] if case.lnc > 1 else kernel
         kwargs = case.inputs()
-        ref_kwargs = {k: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+        ref_kwargs = {k: v.to(case.ref_dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
                       for k, v in kwargs.items()}
-        refs = _as_list(_load(case.ref)(**(case.ref_args(ref_kwargs) if case.ref_args else ref_kwargs)))
+        refs = _as_list(_load(case.ref, case.lnc)(**(case.ref_args(ref_kwargs) if case.ref_args else ref_kwargs)))
         if where == "neuron":
             args = {k: v.to("neuron") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
             outs = _as_list(kernel(**args))
         else:
             outs = _as_list(nki.simulate(kernel)(**kwargs))
-        verdicts = [_compare(o, r, case.rtol, case.atol) for o, r in zip(outs, refs)]
+        if case.post:
+            outs, refs = case.post(outs, refs, kwargs)
+        rtols = case.rtol if isinstance(case.rtol, (list, tuple)) else [case.rtol] * len(outs)  # per output
+        verdicts = [_compare(o, r, rt, case.atol) for o, r, rt in zip(outs, refs, rtols)]
         row["result"] = "; ".join(v for v, _ in verdicts)
         row["max_abs_err"] = max(e for _, e in verdicts)
         row["passed"] = all(v.startswith("ok") for v, _ in verdicts)

@@ -196,6 +196,12 @@ def expect_rule(match, body, shape=(16, 32)):
     assert "test_nki_access.py:" in str(info.value), "the message names the kernel's line"
 
 
+def _read(view):
+    """An instruction reading `view` (where an access pattern's bounds are checked)."""
+    tile = nl.ndarray(view.shape, dtype=view.dtype, buffer=nl.sbuf)
+    (nisa.tensor_copy if view.on_chip else nisa.dma_copy)(dst=tile, src=view)
+
+
 def sbuf(shape=(16, 32)):
     return nl.ndarray(shape, dtype=nl.float32, buffer=nl.sbuf)
 
@@ -205,10 +211,12 @@ def sbuf(shape=(16, 32)):
     (lambda x: sbuf().ap([[64, 8], [1, 32]], 0), r"access pattern: .*partitions must be read contiguously"),
     (lambda x: sbuf((16, 64)).ap([[64, 16], [32, 2], [16, 2], [8, 2], [4, 2], [1, 4]], 0),
      r"5 free dimensions .* at most 4"),
-    (lambda x: sbuf().ap([[32, 8], [1, 32]], 9 * 32), r"reads partitions 9..16 of .* 16 partitions"),
-    (lambda x: sbuf().ap([[32, 16], [1, 32]], 1), r"reaches element 32 of a partition"),
-    (lambda x: x.ap([[32, 16], [1, 32]], 1), r"reaches element 512 of .* 512 elements"),
-    (lambda x: x.slice(0, 1, 2).ap([[32, 1], [1, 8]], -33), r"reaches element -1 of .* 512 elements"),
+    # a pattern past its tensor's end breaks the rule where an instruction uses it (building one is allowed)
+    (lambda x: _read(sbuf().ap([[32, 8], [1, 32]], 9 * 32)),
+     r"tensor_copy: .*reads partitions 9..16 of .* 16 partitions"),
+    (lambda x: _read(sbuf().ap([[32, 16], [1, 32]], 1)), r"reaches element 32 of a partition"),
+    (lambda x: _read(x.ap([[32, 16], [1, 32]], 1)), r"dma_copy: .*reaches element 512 of .* 512 elements"),
+    (lambda x: _read(x.slice(0, 1, 2).ap([[32, 1], [1, 8]], -33)), r"reaches element -1 of .* 512 elements"),
     (lambda x: x.ap([[32, 16], [1, 0]], 0), r"every num .* at least 1"),
     (lambda x: x.ap([32, 16], 0), r"pairs of ints"),
     (lambda x: nl.ndarray((16, 3), dtype=nl.bfloat16, buffer=nl.sbuf).view(nl.float32),
@@ -236,7 +244,7 @@ def test_what_is_not_supported_yet_says_so():
     # covers that one) read addresses from SBUF at run time: not supported yet.
     t = torch.zeros(16, 32)
     for body in (lambda x: sbuf((16, 32)).ap([[32, 16], [1, 32]], 0, scalar_offset=sbuf((1, 1))),
-                 lambda x: x.ap([[32, 16], [1, 32]], 0, vector_offset=sbuf((16, 1))),
+                 lambda x: sbuf((16, 32)).ap([[32, 16], [1, 32]], 0, vector_offset=sbuf((16, 1))),
                  lambda x: x.ap([[32, 16], [-1, 32]], 31),
                  lambda x: x.indirect(sbuf((16, 1))), lambda x: x.vector_select(0, sbuf((16, 1))),
                  lambda x: x.select(0, sbuf((1, 1)))):

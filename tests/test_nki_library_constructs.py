@@ -217,8 +217,9 @@ def gather_rows(table, ids):
 
 
 @nki.jit
-def scatter_rows(rows, ids, out):
-    # The other side: each row written where an id read at run time says.
+def scatter_rows(rows, ids, out, oob=None):
+    # The other side: each row written where an id read at run time says (oob_mode=skip: an id past
+    # the table writes nothing, as indexed_flatten pads its row offsets).
     n, v = rows.shape
     ids_sb = nl.ndarray((1, n), dtype=ids.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=ids_sb, src=ids.reshape((1, n)))
@@ -226,7 +227,7 @@ def scatter_rows(rows, ids, out):
     nisa.dma_copy(dst=t, src=rows)
     for i in range(n):
         nisa.dma_copy(dst=out.ap([[v, 1], [1, v]], scalar_offset=ids_sb.ap([[n, 1], [1, 1]], offset=i),
-                                 indirect_dim=0), src=t[i:i + 1, :])
+                                 indirect_dim=0), src=t[i:i + 1, :], oob_mode=oob)
     return out
 
 
@@ -246,6 +247,16 @@ def test_a_dma_offset_read_at_run_time_scatters_rows():
     assert torch.equal(nki.simulate(scatter_rows)(rows, ids, torch.zeros(10, 16)), want)
     out = torch.zeros(10, 16, device=N)
     assert torch.equal(scatter_rows(rows.to(N), ids.to(N), out).cpu(), want)
+
+
+def test_oob_mode_skip_drops_a_dma_whose_run_time_offset_leaves_the_tensor():
+    rows, ids = torch.randn(3, 16), torch.tensor([4, -1000000, 12], dtype=torch.int32)
+    want = torch.zeros(10, 16)
+    want[4] = rows[0]
+    got = both(scatter_rows, rows, ids, torch.zeros(10, 16), nisa.oob_mode.skip)
+    assert torch.equal(got, want)
+    with pytest.raises(RuntimeError, match="read -1000000"):
+        nki.simulate(scatter_rows)(rows, ids, torch.zeros(10, 16), nisa.oob_mode.error)
 
 
 def test_a_run_time_offset_past_the_tensor_is_an_error():
@@ -269,7 +280,7 @@ def dynamic_into_an_engine(table, ids):
 def test_run_time_offsets_are_for_dma_only_and_one_per_access():
     with pytest.raises(nki.NkiTraceError, match="dma_transpose on an access pattern with a run-time offset"):
         nki.simulate(dynamic_into_an_engine)(torch.randn(4, 8), torch.tensor([1], dtype=torch.int32))
-    with pytest.raises(NotImplementedError, match="vector_offset"):
+    with pytest.raises(nki.NkiTraceError, match="dma_transpose on an access pattern with a run-time offset"):
         nki.simulate(vector_offset_kernel)(torch.randn(4, 8))
 
 
@@ -277,4 +288,283 @@ def test_run_time_offsets_are_for_dma_only_and_one_per_access():
 def vector_offset_kernel(x):
     idx = nl.ndarray((4, 1), dtype=nl.int32, buffer=nl.sbuf)
     nisa.memset(dst=idx, value=0)
-    return x.ap([[8, 4], [1, 8]], vector_offset=idx, indirect_dim=0)
+    t = nl.ndarray((8, 4), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_transpose(dst=t, src=x.ap([[8, 4], [1, 8]], vector_offset=idx, indirect_dim=0))
+    return x
+
+
+@nki.jit
+def strided_columns(x, groups_of, use_every_pattern):
+    # output_projection_tkg's loop: patterns are built for whole groups of columns, and the instruction
+    # is skipped for the padding of the last group, whose pattern runs past the tile.
+    p, f = x.shape
+    n = f // 8
+    t = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    out = nl.ndarray((p, n, 8), dtype=x.dtype, buffer=nl.sbuf)
+    for group in nl.affine_range(-(-n // groups_of)):
+        for j in nl.affine_range(groups_of):
+            col = group * groups_of + j
+            column = t.ap([[f, p], [n, 8]], offset=col)  # elements col, col + n, ... of each partition
+            if col < n or use_every_pattern:
+                nisa.tensor_copy(dst=out[:, col % n, :], src=column)
+    res = nl.ndarray((p, n, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=res, src=out)
+    return res
+
+
+def test_a_pattern_past_the_tile_may_be_built_and_not_used():
+    x = torch.randn(16, 24)
+    got = both(strided_columns, x, 2, False)
+    assert torch.equal(got, x.reshape(16, 8, 3).permute(0, 2, 1))
+
+
+def test_an_instruction_on_a_pattern_past_the_tile_names_both_lines():
+    with pytest.raises(NkiValidationError, match=r"nisa.tensor_copy: access pattern: .*reaches element 24 .*"
+                                                 r"\n  \(the pattern built at .*column = t.ap.*\n  at .*tensor_copy"):
+        nki.simulate(strided_columns)(torch.randn(16, 24), 2, True)
+
+
+@nki.jit
+def row_absmax(x):
+    # rmsnorm_quant's row scale: |x| through the Vector Engine's ALU (op0=nl.abs with operand 0.0),
+    # reduced by max in the same instruction.
+    p, f = x.shape
+    t = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    mag = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.sbuf)
+    peak = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar_reduce(dst=mag, data=t, op0=nl.abs, operand0=0.0, reduce_op=nl.maximum, reduce_res=peak)
+    scaled = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=scaled, data=t, op0=nl.abs, operand0=0.0, op1=nl.multiply, operand1=2.0)
+    out = nl.ndarray((p, f + 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out[:, :f], src=scaled)
+    nisa.dma_copy(dst=out[:, f:], src=peak)
+    return out
+
+
+def test_abs_is_an_alu_op_of_tensor_scalar_with_operand_zero():
+    x = torch.randn(8, 40, dtype=torch.bfloat16)
+    got = both(row_absmax, x)
+    ref = x.float().abs()
+    assert torch.equal(got[:, :40], ref * 2) and torch.equal(got[:, 40:], ref.amax(1, keepdim=True))
+
+
+@nki.jit
+def abs_elsewhere(x, where):
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    if where == "operand":
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.abs, operand0=1.0)
+    else:
+        nisa.tensor_tensor(dst=t, data1=t, data2=t, op=nl.abs)
+    return t
+
+
+def test_abs_as_an_alu_op_elsewhere_says_why():
+    x = torch.randn(4, 8)
+    with pytest.raises(NotImplementedError, match="nl.abs and operand 1.0 is not supported yet"):
+        nki.simulate(abs_elsewhere)(x, "operand")
+    with pytest.raises(NkiValidationError, match="tensor_tensor: op: nl.abs is an ALU op of tensor_scalar"):
+        nki.simulate(abs_elsewhere)(x, "tensor_tensor")
+
+
+@nki.jit
+def nonzero_rows(x, offset):
+    # find_nonzero_indices' layout: a [128, tiles, 128] tile (T = tiles x 128 per partition, past the
+    # old 1024-element limit), compacted on each GpSimd core's partition into [128, 1, T + 1].
+    p, t = x.shape
+    src = nl.ndarray((p, t // 128, 128), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=src, src=x.reshape((p, t // 128, 128)))
+    dst = nl.ndarray((p, 1, t + 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.memset(dst=dst, value=7)
+    nisa.nonzero_with_count(dst=dst, src=src, index_offset=offset, padding_val=-1)
+    out = nl.ndarray((p, t + 1), dtype=nl.int32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=dst.reshape((p, t + 1)))
+    return out
+
+
+def test_nonzero_with_count_takes_free_dims_and_long_rows():
+    torch.manual_seed(0)
+    x = (torch.rand(128, 4096) < 0.05).float() * torch.randn(128, 4096)
+    x[32] = 0.0
+    got = both(nonzero_rows, x, 10)
+    want = torch.full((128, 4097), 7, dtype=torch.int32)
+    for p in range(0, 128, 16):
+        hits = (x[p] != 0).nonzero().view(-1)
+        want[p] = -1
+        want[p, :hits.numel()] = hits.int() + 10
+        want[p, 4096] = hits.numel()
+    assert torch.equal(got, want)
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class RotationConfig(nl.NKIObject):
+    # rotational_topk's config: a frozen dataclass whose dict of constant files is left out of its own
+    # __hash__/__eq__, and the file a kernel reads with nl.shared_constant(path).
+    rows: int
+    files: dict
+
+    def __hash__(self):
+        return hash(self.rows)
+
+    def __eq__(self, other):
+        return isinstance(other, RotationConfig) and self.rows == other.rows
+
+
+@nki.jit
+def gather_by_constant(x, config):
+    # nc_n_gather of uint32 data by uint32 indices read from a .npy constant; the older-generation
+    # branch is chosen by comparing generations, as rotational_topk does.
+    idx_hbm = nl.shared_constant(config.files["idx"])
+    p, f = x.shape
+    data = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=data, src=x)
+    idx = nl.ndarray((p, f), dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=idx_hbm)
+    out = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf)
+    if nisa.get_nc_version() <= nisa.nc_version.gen2:
+        nisa.tensor_copy(dst=out, src=data)
+    else:
+        nisa.nc_n_gather(dst=out, data=data, indices=idx)
+    res = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=res, src=out)
+    return res
+
+
+def test_a_config_with_its_own_hash_a_constant_file_and_uint32_gathers(tmp_path):
+    x = torch.randint(0, 2 ** 31, (4, 16), dtype=torch.int64).to(torch.uint32)
+    perm = torch.stack([torch.randperm(16) for _ in range(4)]).to(torch.int32)
+    np.save(tmp_path / "idx.npy", perm.numpy().astype(np.uint32))
+    config = RotationConfig(4, {"idx": str(tmp_path / "idx.npy")})
+    got = both(gather_by_constant, x, config)
+    assert torch.equal(got.long(), torch.gather(x.long(), 1, perm.long()))
+    assert nisa.nc_version.gen2 < nisa.nc_version.gen3 <= nisa.get_nc_version()
+    with pytest.raises(NkiValidationError, match="not a readable .npy file"):
+        nki.simulate(gather_by_constant)(x, RotationConfig(5, {"idx": str(tmp_path / "absent.npy")}))
+
+
+@nki.jit
+def halves_meet(x):
+    # rmsnorm_tkg/indexed_flatten under LNC 2: each program works on its half of the rows; sendrecv
+    # swaps the halves' SBUF tiles, and after a core_barrier each reads what the other wrote to HBM.
+    rank, h = nl.program_id(0), x.shape[0] // 2
+    mine = nl.ndarray((h, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=mine, src=x[rank * h:(rank + 1) * h, :])
+    theirs = nl.ndarray((h, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.sendrecv(src=mine, dst=theirs, send_to_rank=1 - rank, recv_from_rank=1 - rank, pipe_id=0)
+    both_halves = nl.ndarray((h, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=both_halves, data1=mine, data2=theirs, op=nl.subtract)
+    swapped = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=swapped[rank * h:(rank + 1) * h, :], src=both_halves)
+    nisa.core_barrier(swapped, cores=[0, 1])
+    other = nl.ndarray((h, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=other, src=swapped[(1 - rank) * h:(2 - rank) * h, :])
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out[rank * h:(rank + 1) * h, :], src=other)
+    return swapped, out
+
+
+def test_programs_meet_by_sendrecv_and_core_barrier():
+    x = torch.randn(16, 8)
+    swapped, out = both(halves_meet[2], x)
+    top, bottom = x[:8], x[8:]
+    assert torch.equal(swapped, torch.cat([top - bottom, bottom - top]))
+    assert torch.equal(out, torch.cat([bottom - top, top - bottom]))
+
+
+@nki.jit
+def one_waits(x):
+    if nl.program_id(0) == 0:
+        nisa.core_barrier(x, cores=[0, 1])
+    return x
+
+
+def test_a_barrier_only_one_program_reaches_is_an_error():
+    with pytest.raises(NkiValidationError, match=r"pass \[1, 0\] barriers"):
+        nki.simulate(one_waits[2])(torch.zeros(2, 2))
+
+
+@nki.jit
+def scatter_by_vector(vals, flat_ids, out, oob=None):
+    # router_topk's indirect scatter: value i of an SBUF column lands at element flat_ids[i] of the
+    # flattened HBM output (each offset scaled by the tensor's step along the indirect dim, 1 here).
+    n = vals.shape[0]
+    v = nl.ndarray((n, 1), dtype=vals.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=v, src=vals.reshape((n, 1)))
+    ids = nl.ndarray((n, 1), dtype=flat_ids.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ids, src=flat_ids.reshape((n, 1)))
+    flat = out.reshape((out.shape[0] * out.shape[1],))
+    nisa.dma_copy(dst=flat.ap([[7, n], [1, 1]], offset=0, vector_offset=ids, indirect_dim=0), src=v, oob_mode=oob)
+    return out
+
+
+@nki.jit
+def gather_by_vector(table, ids):
+    # topk_reduce's gather: row ids[i] of a [rows, h] table into partition i (offsets scaled by h).
+    n, h = ids.shape[0], table.shape[1]
+    idx = nl.ndarray((n, 1), dtype=ids.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=ids.reshape((n, 1)))
+    rows = nl.ndarray((n, h), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=rows, src=table.ap([[h, n], [1, h]], offset=0, vector_offset=idx, indirect_dim=0))
+    out = nl.ndarray((n, h), dtype=table.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=rows)
+    return out
+
+
+def test_vector_offsets_scatter_and_gather_by_indices_read_at_run_time():
+    vals, ids = torch.randn(5), torch.tensor([3, 17, 0, 8, 31], dtype=torch.int32)
+    want = torch.zeros(4, 8)
+    want.view(-1)[ids.long()] = vals
+    assert torch.equal(both(scatter_by_vector, vals, ids, torch.zeros(4, 8)), want)
+    table, rows = torch.randn(12, 6), torch.tensor([11, 0, 4, 4], dtype=torch.int32)
+    assert torch.equal(both(gather_by_vector, table, rows), table[rows.long()])
+    bad = torch.tensor([3, 32, 0, 8, 31], dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="vector_offset entry 1 read 32 .* 0..31"):
+        nki.simulate(scatter_by_vector)(vals, bad, torch.zeros(4, 8))
+    want.view(-1)[17] = 0.0
+    assert torch.equal(nki.simulate(scatter_by_vector)(vals, bad, torch.zeros(4, 8), nisa.oob_mode.skip), want)
+
+
+@nki.jit
+def sum_of_squares(x):
+    # qkv_cte's RMS norm: only activation_reduce's sum is wanted, so its dst is one element per
+    # partition stepped 0 along the row ([[1, p], [0, f]]): written f times over, the last stays.
+    p, f = x.shape
+    t = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    scratch = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)
+    total = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation_reduce(dst=scratch.ap(pattern=[[1, p], [0, f]]), op=nl.square, data=t, reduce_op=nl.add,
+                           reduce_res=total)
+    out = nl.ndarray((p, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out[:, 0:1], src=total)
+    nisa.dma_copy(dst=out[:, 1:2], src=scratch)
+    return out
+
+
+def test_a_destination_stepping_zero_keeps_the_last_element_written():
+    x = torch.randn(8, 32)
+    got = both(sum_of_squares, x)
+    assert torch.allclose(got[:, 0], x.square().sum(1), rtol=1e-6, atol=1e-6)
+    assert torch.equal(got[:, 1], x[:, -1].square())
+
+
+@nki.jit
+def shaped_apart(x, y):
+    # attention_tkg's softmax step: a [P, 2, 56] tile and a [P, 112] one combined element by element.
+    p = x.shape[0]
+    a = nl.ndarray((p, 112), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=x)
+    b = nl.ndarray((p, 2, 56), dtype=y.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=b, src=y)
+    d = nl.ndarray((p, 112), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=d, data1=a, data2=b, op=nl.subtract)
+    out = nl.ndarray((p, 112), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=d)
+    return out
+
+
+def test_tensor_tensor_takes_tiles_whose_free_dims_are_shaped_apart():
+    x, y = torch.randn(16, 112), torch.randn(16, 2, 56)
+    assert torch.equal(both(shaped_apart, x, y), x - y.reshape(16, 112))

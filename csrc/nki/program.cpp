@@ -34,7 +34,7 @@ const std::vector<std::string> kBinaries = {"add",           "subtract",    "mul
                                             "minimum",       "power",       "equal",      "not_equal",   "greater",
                                             "greater_equal", "less",        "less_equal", "logical_and", "logical_or",
                                             "logical_xor",   "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift",
-                                            "right_shift",   "abs_max",     "abs_min",    "fmod"};
+                                            "right_shift",   "abs_max",     "abs_min",    "fmod",        "abs"};
 const std::vector<std::string> kReductions = {"add", "maximum", "minimum", "multiply"};
 
 constexpr double kLog2e = 1.4426950408889634;
@@ -169,6 +169,8 @@ at::Tensor binary(int64_t op, const at::Tensor& a, const at::Tensor& b) {
       return at::minimum(a.abs(), b.abs());
     case 23:
       return at::fmod(a, b);
+    case 24:  // |a|: the ALU's abs takes an operand the callers fix at 0 (see language.py)
+      return a.abs();
     default:
       TORCH_CHECK(false, "nki: unknown ALU op ", op);
   }
@@ -228,6 +230,8 @@ float alu(int64_t op, float a, float b) {
       return std::min(std::fabs(a), std::fabs(b));
     case 23:
       return std::fmod(a, b);
+    case 24:
+      return std::fabs(a);
     default:
       TORCH_CHECK(false, "nki: ALU op ", op, " cannot run in a scan");
   }
@@ -370,7 +374,16 @@ class Memory {
       return;
     }
     at::Tensor dst = view(o);
-    dst.copy_(value.sizes().equals(dst.sizes()) ? value : value.reshape(dst.sizes()));
+    at::Tensor v = value.sizes().equals(dst.sizes()) ? value : value.reshape(dst.sizes());
+    // A destination stepping 0 along a dim (an access pattern's [0, n], qkv_cte's throwaway output)
+    // is written n times over in pattern order: the last element stays.
+    for (int64_t d = 0; d < dst.dim(); ++d) {
+      if (dst.stride(d) == 0 && dst.size(d) > 1) {
+        dst = dst.narrow(d, dst.size(d) - 1, 1);
+        v = v.narrow(d, v.size(d) - 1, 1);
+      }
+    }
+    dst.copy_(v);
   }
 
  private:
@@ -496,7 +509,9 @@ void execute(Memory& mem, const Step& s, int team) {
       const bool integral = s.i[3] != 0;
       size_t next = 1;
       const at::Tensor a = operand_or_scalar(mem, s, a_scalar ? 0 : next++, a_scalar, s.f[0], integral);
-      const at::Tensor b = operand_or_scalar(mem, s, b_scalar ? 0 : next++, b_scalar, s.f[1], integral);
+      at::Tensor b = operand_or_scalar(mem, s, b_scalar ? 0 : next++, b_scalar, s.f[1], integral);
+      // Two tiles of one size whose free dims are shaped apart meet element by element, in order.
+      if (!b_scalar && !a_scalar && a.numel() == b.numel() && !a.sizes().equals(b.sizes())) b = b.reshape(a.sizes());
       mem.write(o[0], binary(s.i[0], a, b));
       return;
     }
@@ -596,7 +611,26 @@ void execute(Memory& mem, const Step& s, int team) {
       const at::Tensor idx = index.reshape({index.size(0), -1}).to(at::kLong);
       TORCH_CHECK(idx.numel() == 0 || (idx.min().item<int64_t>() >= 0 && idx.max().item<int64_t>() < rows.size(1)),
                   "nki: a gather index is outside its partition's ", rows.size(1), " elements");
-      mem.write(o[0], rows.gather(1, idx));
+      // ATen's CPU gather has no unsigned 16/32-bit kernel: move the same bits as the signed type.
+      const at::ScalarType st = rows.scalar_type();
+      const at::ScalarType as = st == at::kUInt32 ? at::kInt : st == at::kUInt16 ? at::kShort : st;
+      mem.write(o[0], rows.view(as).gather(1, idx).view(st));
+      return;
+    }
+    case kNonzero: {  // a compaction: one pass along each partition's row
+      const at::Tensor src = fp32(mem.view(o[1])).reshape({mem.view(o[1]).size(0), -1}).contiguous();
+      const int64_t parts = src.size(0), t = src.size(1);
+      at::Tensor out = at::full({parts, t + 1}, s.f[1], at::kDouble);
+      const float* ps = src.const_data_ptr<float>();
+      double* po = out.mutable_data_ptr<double>();
+      for (int64_t p = 0; p < parts; ++p) {
+        int64_t n = 0;
+        for (int64_t j = 0; j < t; ++j) {
+          if (ps[p * t + j] != 0.0f) po[p * (t + 1) + n++] = static_cast<double>(j) + s.f[0];
+        }
+        po[p * (t + 1) + t] = static_cast<double>(n);
+      }
+      mem.write(o[0], out);
       return;
     }
     case kMatchReplace8: {
@@ -627,6 +661,7 @@ void execute(Memory& mem, const Step& s, int team) {
     case kDynCopy: {
       const at::Tensor index = mem.view(o[2]).reshape({-1});
       const int64_t v = index.to(at::kLong).item<int64_t>();
+      if ((v < 0 || v > s.i[2]) && s.i.size() > 3 && s.i[3] != 0) return;  // oob_mode=skip: no transfer
       TORCH_CHECK(v >= 0 && v <= s.i[2], "nki: a DMA's run-time offset (scalar_offset=) read ", v,
                   " from SBUF; the access stays inside its tensor for 0..", s.i[2]);
       Operand moved = o[s.i[0]];
@@ -635,6 +670,25 @@ void execute(Memory& mem, const Step& s, int team) {
         mem.write(o[0], mem.view(moved));
       } else {
         mem.write(moved, mem.view(o[1]));
+      }
+      return;
+    }
+    case kIndirectCopy: {  // one transfer per entry of the indirect dim (the DMA's descriptors)
+      const at::Tensor index = mem.view(o[2]).reshape({-1}).to(at::kLong);
+      const int64_t side = s.i[0], dim = s.i[2];
+      for (int64_t r = 0; r < index.numel(); ++r) {
+        const int64_t v = index[r].item<int64_t>();
+        if ((v < s.i[3] || v > s.i[4]) && s.i[5] != 0) continue;  // oob_mode=skip
+        TORCH_CHECK(v >= s.i[3] && v <= s.i[4], "nki: a DMA's vector_offset entry ", r, " read ", v,
+                    " from SBUF; the access stays inside its tensor for ", s.i[3], "..", s.i[4]);
+        Operand moved = o[side];
+        moved.byte_offset += v * s.i[1];
+        at::Tensor there = mem.view(moved).select(dim, r), here = mem.view(o[1 - side]).select(dim, r);
+        if (side == 0) {
+          there.copy_(here);
+        } else {
+          here.copy_(there);
+        }
       }
       return;
     }

@@ -15,6 +15,7 @@ cost model (_cost.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import itertools
@@ -79,10 +80,29 @@ def _value_key(a):
     if isinstance(a, tuple):
         return tuple((type(x).__name__, _value_key(x)) for x in a)
     if isinstance(a, language.NKIObject):  # a config dataclass (often unhashable): keyed by its fields
-        return (type(a).__qualname__, tuple((k, type(v).__name__, _value_key(v)) for k, v in sorted(vars(a).items())))
+        key = (type(a).__qualname__, tuple((k, type(v).__name__, _value_key(v)) for k, v in _compared_fields(a)))
+        try:
+            hash(key)
+            return key
+        except TypeError:  # a field holds a dict or array: the config's own hash, if it defines one
+            pass           # (rotational_topk's config hashes all but its dict of constant files)
+        try:
+            hash(a)
+        except TypeError:
+            raise TypeError(f"nki: a {type(a).__name__} kernel argument has unhashable fields and no __hash__ of "
+                            f"its own; a traced kernel is cached by its arguments") from None
+        return (type(a).__qualname__, "self", a)
     if isinstance(a, list):  # a list field of such a config (a kernel's own arguments may not be lists)
         return ("list", tuple(_value_key(x) for x in a))
     return a
+
+
+def _compared_fields(a) -> list:
+    """A config's fields as its own equality sees them: a dataclass's compare=True fields (a field it
+    keeps out of ==, as rotational_topk's cache of constant arrays, stays out of the key), else vars."""
+    if dataclasses.is_dataclass(a):
+        return sorted((f.name, getattr(a, f.name)) for f in dataclasses.fields(a) if f.compare)
+    return sorted(vars(a).items())
 
 
 class _Traced:
@@ -157,11 +177,17 @@ class Kernel:
         result = None
         with trace:
             trace.grid = self.grid
+            phases = []
             for n, pid in enumerate(itertools.product(*(range(g) for g in self.grid))):
-                trace.program_id, trace.shared_cursor = pid, 0
+                trace.program_id, trace.shared_cursor, trace.phase = pid, 0, 0
                 out = self.fn(*sym_args, **sym_kwargs)
+                phases.append(trace.phase)
                 if n == 0:
                     result = out
+            if len(set(phases)) > 1:
+                raise NkiValidationError(f"nki: core_barrier/sendrecv: the programs of {self.fn.__name__}'s launch "
+                                         f"pass {phases} barriers and exchanges (by program): a core would wait "
+                                         f"for one that never arrives")
         returned = result if isinstance(result, (tuple, list)) else (() if result is None else (result,))
         for r in returned:
             # An argument comes back as the caller's own tensor, written in place (nki-library's

@@ -3,6 +3,7 @@ lowering helpers of instructions built from several steps (see isa.py)."""
 from __future__ import annotations
 
 import enum
+import functools
 
 import torch
 
@@ -33,10 +34,17 @@ class reduce_cmd(enum.Enum):  # noqa: N801
     load_reduce = 4
 
 
+@functools.total_ordering
 class nc_version(enum.Enum):  # noqa: N801
+    """The NeuronCore generations, ordered (kernels test `get_nc_version() <= nc_version.gen2`)."""
     gen2 = 2
     gen3 = 3
     gen4 = 4
+
+    def __lt__(self, other):
+        if not isinstance(other, nc_version):
+            return NotImplemented
+        return self.value < other.value
 
 
 class dge_mode(enum.Enum):  # noqa: N801
@@ -108,8 +116,13 @@ def _start_value(x, what, parts, ins):
     fail("operand", f"{what} is a number or a [{parts}, 1] tile, not {type(x).__name__}", ins)
 
 
-def _op(op, kind, ins):
+def _op(op, kind, ins, unary_ok=False):
+    """op's code in the executor's table of `kind`; nl.abs as an ALU op only where unary_ok (an
+    instruction applying it to data with a zero scalar operand: |data|)."""
     code = getattr(op, kind, None)
+    if kind == "alu" and code is not None and getattr(op, "__name__", "") == "abs" and not unary_ok:
+        fail("op", "nl.abs is an ALU op of tensor_scalar/tensor_scalar_reduce only (|data|, with operand 0.0); "
+                   "use nisa.activation(op=nl.abs) elsewhere", ins)
     if code is None:
         name = getattr(op, "__name__", repr(op))
         legal = "an ALU op (nl.add, nl.multiply, nl.maximum, ...)" if kind == "alu" else \
@@ -137,7 +150,8 @@ def _column(x, like, what, ins):
     check(x.shape[0] == like.shape[0] and x.free_size == 1, "shape",
           f"{what} must be a scalar or a [{like.shape[0]}, 1] tile, got {tuple(x.shape)}", ins)
     n = like.ndim
-    return NkiTensor(x.storage, (x.shape[0],) + (1,) * (n - 1), (x.strides[0],) + (1,) * (n - 1), x.offset, x.dtype)
+    return NkiTensor(x.storage, (x.shape[0],) + (1,) * (n - 1), (x.strides[0],) + (1,) * (n - 1), x.offset, x.dtype,
+                     invalid=x.invalid)
 
 
 def _is_int(t):
@@ -146,7 +160,10 @@ def _is_int(t):
 
 def _scalar_step(out, data, op, operand, reverse, ins):
     """`out = data op operand` (or `operand op data`), operand a number or a [P, 1] tile."""
-    code = _op(op, "alu", ins)
+    code = _op(op, "alu", ins, unary_ok=True)
+    if getattr(op, "__name__", "") == "abs" and (isinstance(operand, NkiTensor) or operand != 0):
+        raise NotImplementedError(f"nki: {ins} with op nl.abs and operand {operand!r} is not supported yet: the "
+                                  f"docs do not say what the operand does; with 0.0 it is |data|")
     integral = _is_int(data) and not isinstance(operand, float)
     if isinstance(operand, NkiTensor):
         _on_chip(operand, "operand", ins)

@@ -38,6 +38,9 @@ def dma_copy(dst, src, priority=None, oob_mode=None, dge_mode=None, engine=None,
         check(dst.dtype == src.dtype, "dtype", "dge_mode=hwdge copies without casting: dtypes must match", ins)
     nbytes = max(dst.size * dst.dtype.itemsize, src.size * src.dtype.itemsize)
     hbm_side = src if src.buffer in (HBM, SHARED_HBM) else dst
+    if src.vector is not None or dst.vector is not None:
+        _indirect_copy(dst, src, oob_mode, nbytes, _row_bytes(hbm_side), ins)
+        return
     if src.dynamic is None and dst.dynamic is None:
         T.active().emit(ins, "dma", reads=[src], writes=[dst], steps=[(T.COPY, [dst, src], [], [])],
                         dma=(nbytes, _row_bytes(hbm_side)))
@@ -47,7 +50,8 @@ def dma_copy(dst, src, priority=None, oob_mode=None, dge_mode=None, engine=None,
     moved, side = (src, 1) if src.dynamic is not None else (dst, 0)
     index, step = moved.dynamic
     # The largest index that keeps every element inside the tensor; the program checks it when it
-    # reads the index (oob_mode=error, the default: a DMA out of bounds is an error).
+    # reads the index (oob_mode=error, the default: a DMA out of bounds is an error; oob_mode=skip:
+    # an access reaching outside is not made, in whole, as indexed_flatten's padded rows expect).
     total = math.prod(moved.storage.shape) * moved.storage.dtype.itemsize // moved.dtype.itemsize
     lo, hi = T.span_elements(moved)
     largest = (total - 1 - hi) // step if step > 0 else 2 ** 62
@@ -55,8 +59,35 @@ def dma_copy(dst, src, priority=None, oob_mode=None, dge_mode=None, engine=None,
     reads = [src, index] if side == 0 else [whole, index]
     writes = [whole] if side == 0 else [dst]
     T.active().emit(ins, "dma", reads=reads, writes=writes,
-                    steps=[(T.DYN_COPY, [dst, src, index], [side, step * moved.dtype.itemsize, largest], [])],
+                    steps=[(T.DYN_COPY, [dst, src, index],
+                            [side, step * moved.dtype.itemsize, largest, int(_skips(oob_mode))], [])],
                     dma=(nbytes, _row_bytes(hbm_side)))
+
+
+def _indirect_copy(dst, src, oob_mode, nbytes, row_bytes, ins):
+    """A DMA whose HBM side has an offset per entry of one dim (ap(vector_offset=)): entry i of that
+    dim moves to the i-th index x the tensor's step, each index checked when the program reads it."""
+    check((src.vector is None) != (dst.vector is None) and src.dynamic is None and dst.dynamic is None,
+          "access pattern", "a DMA takes one run-time offset (vector_offset= on one side)", ins)
+    moved, other, side = (src, dst, 1) if src.vector is not None else (dst, src, 0)
+    index, step, dim = moved.vector
+    if tuple(other.shape) != tuple(moved.shape):
+        raise NotImplementedError(f"nki: {ins} between {tuple(src.shape)} and {tuple(dst.shape)} with vector_offset "
+                                  f"is not supported yet: give both sides the same shape")
+    total = math.prod(moved.storage.shape) * moved.storage.dtype.itemsize // moved.dtype.itemsize
+    lo, hi = T.span_elements(moved)  # the indirect dim's step is 0: one entry's span
+    lowest, largest = -(lo // step), (total - 1 - hi) // step
+    whole = NkiTensor(moved.storage)
+    reads = [src, index] if side == 0 else [whole, index]
+    writes = [whole] if side == 0 else [dst]
+    T.active().emit(ins, "dma", reads=reads, writes=writes,
+                    steps=[(T.INDIRECT_COPY, [dst, src, index],
+                            [side, step * moved.dtype.itemsize, dim, lowest, largest, int(_skips(oob_mode))], [])],
+                    dma=(nbytes, row_bytes))
+
+
+def _skips(oob_mode) -> bool:
+    return oob_mode is not None and getattr(oob_mode, "name", oob_mode) == "skip"
 
 
 _DMA_TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
@@ -74,7 +105,7 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=None, oob_mode=No
     check(axes == want, "axes", f"axes {axes} for a {src.ndim}-d tile; the DMA engine transposes only {want}", ins)
     check(dst.dtype == src.dtype, "dtype", f"dst {dst.dtype} and src {src.dtype}: a DMA transpose does not cast", ins)
     view = NkiTensor(src.storage, [src.shape[a] for a in axes], [src.strides[a] for a in axes], src.offset,
-                     src.dtype)
+                     src.dtype, invalid=src.invalid)
     check(tuple(dst.shape) == tuple(view.shape), "shape",
           f"dst {tuple(dst.shape)} is not src {tuple(src.shape)} transposed by {axes} ({tuple(view.shape)})", ins)
     if dge_mode is not None and getattr(dge_mode, "name", "") == "hwdge":
@@ -156,7 +187,8 @@ def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value
 def tensor_tensor(dst, data1, data2, op, engine=None, name=None):
     ins = "tensor_tensor"
     _two_inputs(dst, data1, data2, ("dst", "data1", "data2"), ins)
-    check(data1.shape == data2.shape, "shape", f"data1 {data1.shape} and data2 {data2.shape} differ in shape", ins)
+    # Same partitions and elements per partition (_two_inputs); the free dims may be shaped apart, as
+    # attention_tkg's [P, 2, 56] against [P, 112]: the engine streams both in order.
     code = _op(op, "alu", ins)
     integral = _is_int(data1) and _is_int(data2) and _is_int(dst)
     if getattr(op, "bitvec", False):

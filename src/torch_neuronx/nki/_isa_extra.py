@@ -173,46 +173,24 @@ def nc_n_gather(dst, data, indices, name=None):
                     steps=[(T.GATHER, [dst, data, indices], [], [])], cycles=GPSIMD_START + n * -(-n // 512))
 
 
-_NONZERO_LIMIT = 1024  # [T, T] masks of at most 1M elements per core
 
 
 def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None):
     """On partitions 0, 16, ..., 112 (one per GpSimd core): dst[p, :N] = the indices (+ index_offset)
-    of src[p]'s N nonzero elements in order, dst[p, N:T] = padding_val, dst[p, T] = N. Other
-    partitions of dst are left as they were. NeuronCore-v3 and newer. The compaction is a whole-tile
-    [T, T] match of each output slot with the running count of nonzeros."""
+    of src[p]'s N nonzero elements in order (free dims flattened, T elements), dst[p, N:T] =
+    padding_val, dst[p, T] = N. Other partitions of dst are left as they were. NeuronCore-v3 and
+    newer. One kNonzero step compacts each row in one pass."""
     ins = "nonzero_with_count"
     _generation(ins, ("gen3", "gen4"), "NeuronCore-v3 (Trn2) and newer")
     _on_chip(dst, "dst", ins, allowed=(SBUF,)), _on_chip(src, "src", ins, allowed=(SBUF,))
     t = src.free_size
-    check(src.ndim == 2 and dst.ndim == 2, "shape", f"src and dst are [P, T] and [P, T + 1] tiles, got "
-                                                    f"{tuple(src.shape)} and {tuple(dst.shape)}", ins)
     check(dst.shape[0] == src.shape[0] and dst.free_size == t + 1, "shape",
-          f"dst must be [{src.shape[0]}, {t + 1}] for src {tuple(src.shape)} (the indices, then the count)", ins)
-    if t > _NONZERO_LIMIT:
-        fail("size", f"nonzero_with_count over {t} elements per partition is not supported yet: the whole-tile "
-                     f"compaction's [T, T] masks are kept to T <= {_NONZERO_LIMIT}", ins)
-    trace = T.active()
+          f"dst must hold [{src.shape[0]}, {t + 1}] elements for src {tuple(src.shape)} (the indices, then the "
+          f"count), got {tuple(dst.shape)}", ins)
     v, d = src[0:src.shape[0]:16], dst[0:dst.shape[0]:16]
-    a = v.shape[0]
-    nz, running, count = trace.reg((a, 1, t)), trace.reg((a, 1, t)), trace.reg((a, 1))
-    hit, idx, keep = trace.reg((a, t, t)), trace.reg((a, t)), trace.reg((a, t))
-    slot = torch.arange(t, dtype=torch.float32)
-    steps = [(T.BINARY, [nz, v], [_NE, 0, 1, 0], [0.0, 0.0]),
-             (T.SCAN, [running, trace.const(torch.ones(1, t)), nz], [2, 0, 0, 0, 0], [0.0]),  # running count
-             (T.REDUCE, [count, nz], [0, 0, 1], []),
-             # hit[k, j]: element j is nonzero and the (k+1)-th nonzero
-             (T.BINARY, [hit, running, trace.const((slot + 1).reshape(1, t, 1))], [_EQ, 0, 0, 0], [0.0, 0.0]),
-             (T.BINARY, [hit, hit, nz], [13, 0, 0, 0], [0.0, 0.0]),  # logical_and
-             (T.WHERE, [hit, hit, trace.const(slot.reshape(1, 1, t))], [], [0.0]),
-             (T.REDUCE, [idx, hit], [0, 0, 2], []),  # the one matching j (0 where no slot k is filled)
-             (T.BINARY, [idx, idx], [0, 0, 1, 0], [0.0, float(index_offset)]),
-             (T.BINARY, [keep, trace.const(slot.reshape(1, t)), count], [11, 0, 0, 0], [0.0, 0.0]),  # k < N
-             (T.WHERE, [d[:, 0:t], keep, idx], [], [float(padding_val)]),
-             (T.COPY, [d[:, t:t + 1], count], [], [])]
-    trace.emit(ins, "gpsimd", reads=[src], writes=[dst], steps=steps, cycles=GPSIMD_START + 2 * t)
-
-
+    T.active().emit(ins, "gpsimd", reads=[src], writes=[dst],
+                    steps=[(T.NONZERO, [d, v], [], [float(index_offset), float(padding_val)])],
+                    cycles=GPSIMD_START + 2 * t)
 
 
 def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None):

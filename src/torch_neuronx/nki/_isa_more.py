@@ -16,11 +16,11 @@ from ._tensor import NkiTensor
 _ARITHMETIC = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "abs_max", "abs_min", "fmod")
 
 
-def _arithmetic(op, what, ins):
-    code = _op(op, "alu", ins)
+def _arithmetic(op, what, ins, unary_ok=False):
+    code = _op(op, "alu", ins, unary_ok)
     name = getattr(op, "__name__", repr(op))
-    check(name in _ARITHMETIC, "op", f"{what} must be an arithmetic ALU op ({', '.join(_ARITHMETIC)}), got {name}",
-          ins)
+    check(name in _ARITHMETIC or (unary_ok and name == "abs"), "op",
+          f"{what} must be an arithmetic ALU op ({', '.join(_ARITHMETIC)}), got {name}", ins)
     return code
 
 
@@ -50,7 +50,7 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res, revers
     check(data.ndim <= 4, "shape", f"data has {data.ndim - 1} free dims; the limit is 3", ins)
     check(reduce_res.shape[0] == data.shape[0] and reduce_res.free_size == 1, "shape",
           f"reduce_res must be [{data.shape[0]}, 1], got {tuple(reduce_res.shape)}", ins)
-    _arithmetic(op0, "op0", ins)
+    _arithmetic(op0, "op0", ins, unary_ok=True)
     code = _op(reduce_op, "reduce", ins)
     if reduce_cmd not in (None, _cmd.reset_reduce) or reduce_init is not None:
         # The accumulator's other modes (reduce, load_reduce) carry state between instructions.

@@ -3,6 +3,9 @@ rms_norm, all, invert, where, expand_dims, load_transpose2d, shared_constant, an
 (rand, random_seed, dropout). language.py re-exports them."""
 from __future__ import annotations
 
+import os
+
+import numpy as np
 import torch
 
 from . import _dtypes, _isa_rng
@@ -125,9 +128,15 @@ def load_transpose2d(src, dtype=None, mask=None):
 
 
 def shared_constant(constant, dtype=None):
-    """An HBM tensor holding `constant` (an array known when the kernel is traced), written by one DMA
-    from the program's constants."""
+    """An HBM tensor holding `constant` (an array known when the kernel is traced, or the path of a
+    .npy file holding one, as rotational_topk passes its rotation matrices), written by one DMA from
+    the program's constants."""
     nl = _nl()
+    if isinstance(constant, (str, os.PathLike)):
+        try:
+            constant = np.load(constant, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            fail("constant", f"nl.shared_constant({constant!r}): not a readable .npy file ({e})", "shared_constant")
     value = torch.as_tensor(constant)
     dt = _dtypes.resolve(dtype) if dtype is not None else value.dtype
     t = nl.ndarray(tuple(value.shape) or (1,), dt, HBM)

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from ._errors import NkiTraceError, NkiValidationError, fail
+from ._errors import NkiTraceError, NkiValidationError, fail, kernel_line
 
 SBUF, PSUM, HBM, SHARED_HBM = "sbuf", "psum", "hbm", "shared_hbm"
 ON_CHIP = (SBUF, PSUM)
@@ -104,9 +104,9 @@ class Index:
 
 
 class NkiTensor:
-    __slots__ = ("storage", "dtype", "shape", "strides", "offset", "dynamic")
+    __slots__ = ("storage", "dtype", "shape", "strides", "offset", "dynamic", "invalid", "vector")
 
-    def __init__(self, storage, shape=None, strides=None, offset=0, dtype=None, dynamic=None):
+    def __init__(self, storage, shape=None, strides=None, offset=0, dtype=None, dynamic=None, invalid=None):
         self.storage = storage
         self.dtype = dtype or storage.dtype
         self.shape = tuple(storage.shape if shape is None else shape)
@@ -115,6 +115,13 @@ class NkiTensor:
         # (index tile, step): the view moves by step x the integer the tile holds when the program
         # runs (`ap(scalar_offset=)`); None for a view fixed at trace time.
         self.dynamic = dynamic
+        # The broken rule of an access pattern that reaches outside its tensor: building one is allowed
+        # (kernels build a pattern per loop step and skip the instruction where it would overrun, as
+        # output_projection_tkg does); an instruction that reads or writes it raises this (Trace.emit).
+        self.invalid = invalid
+        # (index tile, step, dim): `ap(vector_offset=)`: index i of dim `dim` lands `step` x the
+        # tile's i-th integer elements on (read when the program runs); None for other views.
+        self.vector = None
 
     # --- what kernels read -------------------------------------------------------------------
     buffer = property(lambda self: self.storage.buffer)
@@ -136,6 +143,7 @@ class NkiTensor:
 
     # --- views --------------------------------------------------------------------------------
     def __getitem__(self, key):
+        self._no_vector("indexing")
         key = key if isinstance(key, tuple) else (key,)
         if any(k is Ellipsis for k in key):
             at = key.index(Ellipsis)
@@ -177,7 +185,8 @@ class NkiTensor:
         keep = [d for d in range(len(shape)) if d not in dropped or (self.on_chip and d == 0)]
         if self.on_chip and len(keep) < 2:
             keep = sorted(set(keep) | {len(shape) - 1})
-        return NkiTensor(self.storage, [shape[d] for d in keep], [strides[d] for d in keep], offset, self.dtype)
+        return NkiTensor(self.storage, [shape[d] for d in keep], [strides[d] for d in keep], offset, self.dtype,
+                         invalid=self.invalid)
 
     # --- NKI's view methods ---------------------------------------------------------------------
     # Each returns a new (shape, strides, offset, dtype) over the same storage; nothing is copied.
@@ -185,11 +194,12 @@ class NkiTensor:
     # that reinterprets the dtype (`ap(dtype=)`, `view(dtype)`) is a view like any other.
 
     def _view(self, shape, strides, offset=None, dtype=None) -> "NkiTensor":
+        self._no_vector("a view")
         if self.dynamic is not None and dtype not in (None, self.dtype):
             raise NotImplementedError(f"nki: reinterpreting {self}, whose offset is read at run time, as {dtype} is "
                                       f"not supported yet (the offset counts elements of {self.dtype})")
         return NkiTensor(self.storage, shape, strides, self.offset if offset is None else offset,
-                         dtype or self.dtype, self.dynamic)
+                         dtype or self.dtype, self.dynamic, self.invalid)
 
     def _dim(self, dim, what, ndim=None) -> int:
         ndim = self.ndim if ndim is None else ndim
@@ -214,14 +224,20 @@ class NkiTensor:
         `i_d < num_d` of `pattern = [[step, num], ...]`, counted in elements of `dtype` (the
         tensor's own dtype by default) from this view's first element, as if the storage were
         flattened. The result's shape is the nums. On chip the first pair is the partition dim."""
-        if vector_offset is not None:
-            raise NotImplementedError("nki: ap(vector_offset=) (an offset per index, read from SBUF) is not "
-                                      "supported yet: only one offset per access (scalar_offset=)")
         rule = "access pattern"
+        self._no_vector(rule)
         pairs = [tuple(p) if isinstance(p, (list, tuple)) else p for p in pattern]
         if not pairs or any(not (isinstance(p, tuple) and len(p) == 2 and all(
                 isinstance(v, int) and not isinstance(v, bool) for v in p)) for p in pairs):
             fail(rule, f"pattern must be a non-empty list of [step, num] pairs of ints, got {pattern!r}")
+        if vector_offset is not None:  # the indirect dim's place comes from the index tile, not its step
+            if scalar_offset is not None:
+                fail(rule, "scalar_offset and vector_offset: an access pattern takes one run-time offset")
+            if self.on_chip:
+                raise NotImplementedError(f"nki: a vector_offset into on-chip {self} is not supported yet: only "
+                                          f"HBM access patterns take one")
+            at = self._dim(indirect_dim, rule, len(pairs))
+            pairs[at] = (0, pairs[at][1])
         if any(n < 1 for _, n in pairs):
             fail(rule, f"every num of {pattern!r} must be at least 1")
         if any(s < 0 for s, _ in pairs):
@@ -238,17 +254,45 @@ class NkiTensor:
             fail(rule, f"{self} starts at byte {start_bytes}, not a multiple of {dtype}'s {dtype.itemsize} bytes")
         base = start_bytes // dtype.itemsize + offset
         steps, nums = [s for s, _ in pairs], [n for _, n in pairs]
+        invalid = None
         if self.on_chip:
-            self._check_on_chip_pattern(steps, nums, base, dtype, pattern)
+            invalid = self._check_on_chip_pattern(steps, nums, base, dtype, pattern)
         else:
             total = self.storage.partition_bytes * self.storage.shape[0] // dtype.itemsize \
                 if self.storage.shape else 1
             last = base + sum(s * (n - 1) for s, n in zip(steps, nums))  # steps are >= 0
             if base < 0 or last >= total:
-                fail(rule, f"pattern {pattern!r} at offset {offset} reaches element {base if base < 0 else last} "
+                invalid = (f"pattern {pattern!r} at offset {offset} reaches element {base if base < 0 else last} "
                            f"of {self}, which holds {total} elements of {dtype}")
         view = self._view(nums, steps, base, dtype)
+        if invalid:
+            view.invalid = f"{rule}: {invalid}\n  (the pattern built at {kernel_line()})"
+        if vector_offset is not None:
+            return view._vector_offsets(vector_offset, at, self, dtype)
         return view if scalar_offset is None else view._offset_by(scalar_offset, indirect_dim, pattern)
+
+    def _vector_offsets(self, index, dim, tensor, dtype) -> "NkiTensor":
+        """`ap(vector_offset=index, indirect_dim=dim)`: entry i of the view's dim `dim` at the i-th
+        integer of the SBUF tile `index` times the tensor's own step along `dim` (as the DMA engine
+        scales it), read when the program runs (nki-library's scatter of top-k affinities, KV-cache
+        writes by token index). Only nisa.dma_copy takes such a view."""
+        rule = "access pattern"
+        if self.dynamic is not None:
+            fail(rule, f"{self} already has a run-time offset; an access pattern takes one")
+        if not isinstance(index, NkiTensor) or not index.on_chip or index.dtype.is_floating_point:
+            fail(rule, f"vector_offset must be an integer SBUF tile, got {index!r}")
+        if index.size != self.shape[dim]:
+            fail(rule, f"vector_offset holds {index.size} offsets for the {self.shape[dim]} entries of dim {dim}")
+        step = tensor.strides[tensor._dim(dim, rule)] * tensor.dtype.itemsize // dtype.itemsize \
+            if dim < tensor.ndim else 1
+        view = self._view(self.shape, self.strides)
+        view.vector = (index, step, dim)
+        return view
+
+    def _no_vector(self, what):
+        if self.vector is not None:
+            raise NotImplementedError(f"nki: {what} of an access pattern with vector_offset is not supported yet: "
+                                      f"give it to nisa.dma_copy as it is")
 
     def _offset_by(self, index, dim, pattern) -> "NkiTensor":
         """`ap(scalar_offset=index, indirect_dim=dim)`: the view moved by `index` steps of its dim
@@ -267,7 +311,8 @@ class NkiTensor:
         if not index.on_chip or index.size != 1 or index.dtype.is_floating_point or index.dtype == torch.bool:
             fail(rule, f"scalar_offset must be one integer element in SBUF, got {index}")
         dim = self._dim(dim, rule)
-        return NkiTensor(self.storage, self.shape, self.strides, self.offset, self.dtype, (index, self.strides[dim]))
+        return NkiTensor(self.storage, self.shape, self.strides, self.offset, self.dtype, (index, self.strides[dim]),
+                         self.invalid)
 
     def _check_on_chip_pattern(self, steps, nums, base, dtype, pattern):
         rule, st = "access pattern", self.storage
@@ -281,12 +326,13 @@ class NkiTensor:
                        f"first pair")
         p0, f0 = divmod(base, free)
         if p0 + nums[0] > st.shape[0]:
-            fail(rule, f"pattern {pattern!r} reads partitions {p0}..{p0 + nums[0] - 1} of {self}, which has "
-                       f"{st.shape[0]} partitions")
+            return (f"pattern {pattern!r} reads partitions {p0}..{p0 + nums[0] - 1} of {self}, which has "
+                    f"{st.shape[0]} partitions")
         last = f0 + sum(s * (n - 1) for s, n in zip(steps[1:], nums[1:]))
-        if base < 0 or last >= free:
-            fail(rule, f"pattern {pattern!r} reaches element {f0 if base < 0 else last} of a partition of {self}, "
-                       f"whose partitions hold {free} elements of {dtype}")
+        if base < 0 or last >= free:  # the caller defers this one to the instruction using the view
+            return (f"pattern {pattern!r} reaches element {f0 if base < 0 else last} of a partition of {self}, "
+                    f"whose partitions hold {free} elements of {dtype}")
+        return None
 
     def slice(self, dim, start, end, step=1) -> "NkiTensor":
         """Elements start:end:step of dimension `dim` (as `t[..., start:end:step, ...]`)."""
@@ -398,7 +444,7 @@ class NkiTensor:
     vector_select = indirect
 
     def is_indirect(self) -> bool:
-        return False  # no view here is indirect (indirect() is not supported yet)
+        return self.vector is not None  # ap(vector_offset=); indirect() is not supported yet
 
     def permute(self, dims):
         dims = tuple(dims)
@@ -407,7 +453,7 @@ class NkiTensor:
         if self.on_chip and dims[0] != 0:
             fail("permute", f"permuting on-chip {self} would move its partition dimension")
         return NkiTensor(self.storage, [self.shape[d] for d in dims], [self.strides[d] for d in dims], self.offset,
-                         self.dtype)
+                         self.dtype, invalid=self.invalid)
 
     def broadcast(self, dim, size):
         if self.shape[dim] != 1:
@@ -417,7 +463,7 @@ class NkiTensor:
                               f"partition (broadcast the HBM tensor)")
         shape, strides = list(self.shape), list(self.strides)
         shape[dim], strides[dim] = size, 0
-        return NkiTensor(self.storage, shape, strides, self.offset, self.dtype)
+        return NkiTensor(self.storage, shape, strides, self.offset, self.dtype, invalid=self.invalid)
 
     def broadcast_to(self, shape):
         out = self

@@ -27,6 +27,7 @@ _state = threading.local()
 COPY, FILL, ACTIVATE, BINARY, REDUCE, MATMUL, TRANSPOSE, WHERE, TOP8, PARTITION_REDUCE = range(10)
 SCAN, FIND_INDEX8 = 11, 12  # (10 is _fuse's matmul group)
 RNG, GATHER, MATCH_REPLACE8, DYN_COPY = 13, 14, 15, 16
+NONZERO, INDIRECT_COPY = 17, 18
 _HBM, _SBUF, _PSUM, _CONST, _REG = range(5)
 ACCUMULATOR = 7  # the register activation's reduce_cmd accumulates into
 REGISTERS = 8
@@ -42,7 +43,7 @@ def active() -> "Trace":
 
 class Instr:
     __slots__ = ("name", "engine", "cycles", "dma_bytes", "dma_row_bytes", "reads", "writes", "steps", "flops",
-                 "line", "program")
+                 "line", "program", "phase")
 
     def __repr__(self):
         return f"Instr({self.name} on {self.engine}, line {self.line})"
@@ -90,6 +91,12 @@ class Trace:
         self.shared: list[Storage] = []  # shared_hbm allocations, by order (every SPMD instance shares them)
         self.shared_cursor = 0
         self.program_id, self.grid = (0,), (1,)
+        # Cores meet at nisa.core_barrier and nisa.sendrecv: each starts a new phase of the program
+        # tracing; the programs are traced one after another and build() runs every program's phase k
+        # before any program's phase k + 1 (what the cores' waiting guarantees on the hardware).
+        self.phase = 0
+        self.mailboxes: dict = {}  # (sender, receiver, pipe, n) -> the HBM buffer of sendrecv's n-th message
+        self.sent: dict = {}  # (sender, receiver, pipe) -> messages sent / received so far
         self.matmul_open: dict = {}  # PSUM storage id -> {view key: True} opened by a matmul
         self.psum_other: set = set()  # PSUM storages another instruction wrote
         self._reg = 0
@@ -154,12 +161,16 @@ class Trace:
 
     # --- instructions -------------------------------------------------------------------------
     def emit(self, name, engine, *, reads, writes, steps, cycles=0, dma=None, flops=0) -> Instr:
-        if name != "dma_copy" and any(isinstance(t, NkiTensor) and t.dynamic is not None for t in reads + writes):
+        for t in reads + writes:
+            if isinstance(t, NkiTensor) and t.invalid:
+                raise NkiValidationError(f"nki: nisa.{name}: {t.invalid}\n  at {kernel_line()}")
+        if name != "dma_copy" and any(isinstance(t, NkiTensor) and (t.dynamic is not None or t.vector is not None)
+                                      for t in reads + writes):
             raise NkiTraceError(f"nki: nisa.{name} on an access pattern with a run-time offset (scalar_offset=) is "
                                 f"not supported yet; load it with nisa.dma_copy\n  at {kernel_line()}")
         ins = Instr()
         ins.name, ins.engine, ins.cycles, ins.steps, ins.flops = name, engine, cycles, steps, flops
-        ins.program = self.program_id
+        ins.program, ins.phase = self.program_id, self.phase
         ins.dma_bytes, ins.dma_row_bytes = dma if dma else (0, 0)
         ins.reads = [(t.storage, *_span(t)) for t in reads if isinstance(t, NkiTensor)]
         ins.writes = [(t.storage, *_span(t)) for t in writes if isinstance(t, NkiTensor)]
@@ -177,6 +188,18 @@ class Trace:
         return ins
 
     # --- the program --------------------------------------------------------------------------
+    def _interleave_phases(self):
+        """Phase by phase, each program's instructions in order (a stable sort), then each storage's
+        lifetime again from the new order (the allocator places tiles by it)."""
+        self.instrs.sort(key=lambda ins: ins.phase)
+        for st in self.storages:
+            st.first = st.last = None
+        for index, ins in enumerate(self.instrs):
+            for st, _, _ in ins.reads + ins.writes:
+                if st.first is None:
+                    st.first = index
+                st.last = index
+
     def _place(self, buffer, capacity, unit) -> int:
         """First-fit by lifetime; returns the bytes of each partition row the program uses."""
         tiles = sorted((s for s in self.storages if s.buffer == buffer and s.first is not None),
@@ -230,6 +253,8 @@ class Trace:
 
     def build(self, name: str):
         p = self.profile
+        if any(ins.phase for ins in self.instrs):
+            self._interleave_phases()
         rows = {SBUF: self._place(SBUF, p.sbuf_partition_bytes, _ALIGN),
                 PSUM: self._place(PSUM, p.psum_partition_bytes, _profile.PSUM_BANK_BYTES)}
         order = {"arg": 0, "out": 1, "scratch": 2}

@@ -7,6 +7,7 @@ steps that execute it. Engines compute in fp32 and cast to the destination's dty
 """
 from __future__ import annotations
 
+import enum
 import sys
 import types
 
@@ -28,7 +29,14 @@ from ._isa_extra import (
 )
 from ._isa_rng import dropout, rand2, rand_get_state, rand_set_state, rng, set_rng_seed
 
-dma_engine = engine.dma  # NKI's name for the DMA engine (as an `engine=` value)
+
+
+class dma_engine(enum.Enum):  # noqa: N801  (NKI's spelling)
+    """Which DMA moves a transfer (sendrecv's `dma_engine=`): the shared DMA queues, or GpSimd's own
+    for SBUF-to-SBUF swaps between the two cores of LNC 2. Either moves the same bytes here."""
+    dma = "dma"
+    gpsimd_dma = "gpsimd_dma"
+
 
 __all__ = ["dma_copy", "dma_transpose", "tensor_copy", "memset", "iota", "affine_select", "tensor_tensor",
            "tensor_scalar", "scalar_tensor_tensor", "tensor_reduce", "tensor_partition_reduce", "activation",
@@ -40,7 +48,7 @@ __all__ = ["dma_copy", "dma_transpose", "tensor_copy", "memset", "iota", "affine
            "quantize_mx", "nc_n_gather", "nonzero_with_count", "exponential", "activate2", "nc_match_replace8",
            "dma_compute", "register_alloc", "register_move", "register_load", "register_store",
            "VirtualRegister", "engine", "dma_engine", "reduce_cmd", "tensor_engine", "vector_engine",
-           "scalar_engine", "gpsimd_engine",
+           "scalar_engine", "gpsimd_engine", "core_barrier", "sendrecv",
            "nc_version", "get_nc_version", "dge_mode", "oob_mode", "matmul_perf_mode", "NkiValidationError"]
 
 
@@ -53,15 +61,14 @@ constants = sys.modules[__name__ + ".constants"] = types.ModuleType(__name__ + "
 for _enum in (engine, reduce_cmd, nc_version, dge_mode, oob_mode, matmul_perf_mode):
     setattr(constants, _enum.__name__, _enum)
 
+from ._isa_cores import core_barrier, sendrecv  # noqa: E402
+
 # A documented instruction not implemented yet imports fine and raises "not supported yet" when used.
 from . import _api  # noqa: E402
 
 # Documented, not implemented, and why (each raises "not supported yet" with its reason when used).
-_CORES = ("the programs of an SPMD launch run one after another on the software core, so one core "
-          "cannot wait for or receive from another that has not run yet")
-for _name, _why in (("core_barrier", _CORES), ("sendrecv", _CORES),
-                    ("local_gather", "the layout of the gathered elements across a GpSimd core's 16 partitions "
-                                     "(NKI's NumPy reference) is not reproduced here yet")):
+for _name, _why in (("local_gather", "the layout of the gathered elements across a GpSimd core's 16 partitions "
+                                     "(NKI's NumPy reference) is not reproduced here yet"),):
     globals()[_name] = _api.NotSupportedYet(f"nisa.{_name}", _why)
 
 __getattr__ = _api.module_getattr("nki.isa", "nisa")

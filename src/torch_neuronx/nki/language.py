@@ -364,7 +364,10 @@ silu_dx = _Op("silu_dx", act="silu_dx")
 sqrt = _Op("sqrt", act="sqrt")
 rsqrt = _Op("rsqrt", act="rsqrt")
 reciprocal = _Op("reciprocal", act="reciprocal")
-abs = _Op("abs", act="abs")  # noqa: A001  (NKI's name)
+# Also an ALU op of tensor_scalar and tensor_scalar_reduce, as nki-library's rmsnorm_quant uses it
+# (op0=nl.abs, operand0=0.0: |data|); the docs do not say what a nonzero operand does, so
+# _isa_base._scalar_step takes operand 0 only.
+abs = _Op("abs", act="abs", alu="abs")  # noqa: A001  (NKI's name)
 negative = _Op("negative", act="negative")
 square = _Op("square", act="square")
 sin = _Op("sin", act="sin")
@@ -459,7 +462,7 @@ def broadcast_to(x, shape, dtype=None):
     if shape == tuple(x.shape) and (dtype is None or dtype == x.dtype):
         return x
     strides = tuple(0 if m == 1 and n != 1 else s for n, m, s in zip(shape, x.shape, x.strides))
-    view = NkiTensor(x.storage, shape, strides, x.offset, x.dtype)
+    view = NkiTensor(x.storage, shape, strides, x.offset, x.dtype, invalid=x.invalid)
     out = _tile_for(shape, dtype or x.dtype)
     if shape[0] != x.shape[0] or x.buffer != SBUF:
         if x.buffer != SBUF:  # DMA cannot read PSUM
