@@ -9,21 +9,9 @@ import torch_neuronx.nki as nki
 import torch_neuronx.nki.isa as nisa
 import torch_neuronx.nki.language as nl
 from torch_neuronx.nki import NkiValidationError
+from nki_both import bits, both
 
 N = "neuron"
-
-
-def both(kernel, x, *args):
-    """The kernel through nki.simulate and on neuron; the two must agree bit for bit."""
-    host = nki.simulate(kernel)(x, *args)
-    dev = kernel(x.to(N), *args).cpu()
-    assert torch.equal(bits(host), bits(dev)), "nki.simulate and the device disagree"
-    return host
-
-
-def bits(t):
-    """The bytes of `t` (a reinterpreted view may hold NaNs, which torch.equal calls unequal)."""
-    return t.contiguous().flatten().view(torch.uint8)
 
 
 def apply(t, recipe):

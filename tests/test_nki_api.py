@@ -14,20 +14,9 @@ import torch_neuronx.nki.isa as nisa
 import torch_neuronx.nki.language as nl
 import torch_neuronx.nki.typing as nt
 from torch_neuronx.nki import NkiTraceError, NkiValidationError, _api
+from nki_both import both
 
 N = "neuron"
-
-
-def both(kernel, *args):
-    """The kernel's result on the host simulator and on neuron: they must be bit-identical."""
-    host = nki.simulate(kernel)(*args)
-    dev = kernel(*(a.to(N) if isinstance(a, torch.Tensor) else a for a in args))
-    host, dev = (host, dev) if isinstance(host, tuple) else ((host,), (dev,))
-    for h, d in zip(host, dev):
-        assert d.device.type == N
-        assert torch.equal(h.view(torch.uint8) if h.dtype.itemsize == 1 else h, d.cpu().view(torch.uint8)
-                           if d.dtype.itemsize == 1 else d.cpu()), "nki.simulate and neuron differ"
-    return host if len(host) > 1 else host[0]
 
 
 # --- nki.typing, nki.dtype, nl.NKIObject -----------------------------------------------------------

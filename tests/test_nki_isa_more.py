@@ -10,16 +10,9 @@ import torch_neuronx.nki as nki
 import torch_neuronx.nki.isa as nisa
 import torch_neuronx.nki.language as nl
 from torch_neuronx.nki import NkiValidationError
+from nki_both import both
 
 N = "neuron"
-
-
-def both(kernel, *args):
-    """The kernel on the host simulator and on neuron: equal to the bit."""
-    host = nki.simulate(kernel)(*args)
-    dev = kernel(*(a.to(N) if isinstance(a, torch.Tensor) else a for a in args)).cpu()
-    assert torch.equal(host, dev), "nki.simulate and the device ran one program: results must be bit-identical"
-    return host
 
 
 # --- tensor_tensor_scan: cumsum, as nki-library's cumsum computes it -------------------------------

@@ -19,17 +19,10 @@ import torch_neuronx.nki as nki
 import torch_neuronx.nki.isa as nisa
 import torch_neuronx.nki.language as nl
 from torch_neuronx.nki import NkiValidationError
+from nki_both import both
 
 N = "neuron"
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def both(kernel, *args, **kwargs):
-    host = nki.simulate(kernel)(*args, **kwargs)
-    dev = kernel(*(a.to(N) if isinstance(a, torch.Tensor) else a for a in args), **kwargs)
-    for h, d in zip(host if isinstance(host, tuple) else (host,), dev if isinstance(dev, tuple) else (dev,)):
-        assert torch.equal(h, d.cpu()), "nki.simulate and the device disagree"
-    return host
 
 
 @nki.jit

@@ -11,20 +11,9 @@ import torch_neuronx.nki as nki
 import torch_neuronx.nki.isa as nisa
 import torch_neuronx.nki.language as nl
 from torch_neuronx.nki import NkiTraceError, NkiValidationError, _profile
+from nki_both import both
 
 N = "neuron"
-
-
-def both(kernel, *args):
-    """The kernel on the host simulator and on neuron: equal to the bit."""
-    host = nki.simulate(kernel)(*args)
-    dev = kernel(*(a.to(N) if isinstance(a, torch.Tensor) else a for a in args))
-    host, dev = (host, dev) if isinstance(host, tuple) else ((host,), (dev,))
-    for h, d in zip(host, dev):
-        assert d.device.type == N
-        # one program ran on both: equal to the bit (NaN included)
-        torch.testing.assert_close(h, d.cpu(), rtol=0, atol=0, equal_nan=True)
-    return host if len(host) > 1 else host[0]
 
 
 def on_profile(profile, kernel, *args):
