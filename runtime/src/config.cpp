@@ -41,6 +41,8 @@ const std::vector<Setting>& all() {
        "where compiled programs are cached (default: $XDG_CACHE_HOME/torch_neuronx, else ~/.cache/torch_neuronx)"},
       {"TORCH_NEURONX_CACHE_SIZE", "10GiB",
        "size limit of the compile cache; least recently used entries go first, whole"},
+      {"TORCH_NEURONX_VLLM_COMPILE", "0",
+       "1: vLLM models are compiled (every bucket before the engine is ready); 0: eager"},
       {"TORCH_NEURONX_LOG", "", "comma-separated areas to log to stderr: compile (a line per compiled graph)"},
       {"TORCH_NEURONX_HEALTH", "1",
        "0: the runtime publishes no device state for nobs (1: a state file per process, rewritten ten times a "

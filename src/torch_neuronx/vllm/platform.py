@@ -164,7 +164,10 @@ class NeuronPlatform(Platform):
         if parallel.worker_cls == "auto":
             parallel.worker_cls = f"{_PACKAGE}.worker.NeuronWorker"
         compilation = vllm_config.compilation_config
-        if compilation.mode != CompilationMode.NONE and os.environ.get(COMPILE_ENV) != "1":
+        compile_setting = os.environ.get(COMPILE_ENV, "0")
+        if compile_setting not in ("0", "1"):
+            raise ValueError(f"{COMPILE_ENV}={compile_setting!r}: set it to 1 (compile vLLM's model) or 0 (eager)")
+        if compilation.mode != CompilationMode.NONE and compile_setting != "1":
             logger.info(
                 "neuron: running the model eagerly (compiled serving is slower here so far); %s=1 compiles it",
                 COMPILE_ENV,
