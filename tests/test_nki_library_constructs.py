@@ -561,3 +561,25 @@ def shaped_apart(x, y):
 def test_tensor_tensor_takes_tiles_whose_free_dims_are_shaped_apart():
     x, y = torch.randn(16, 112), torch.randn(16, 2, 56)
     assert torch.equal(both(shaped_apart, x, y), x - y.reshape(16, 112))
+
+
+@nki.jit
+def read_a_fresh_tile_after_another_died(x):
+    # Tile a dies after its copy out; tile b, allocated after, gets a's bytes from the allocator
+    # and is read before anything writes it: it must read as a fresh tile does (zeros).
+    out = nl.ndarray((2,) + x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    a = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=x)
+    nisa.dma_copy(dst=out[0], src=a)
+    b = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    c = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=c, data1=b, data2=b, op=nl.add)
+    nisa.dma_copy(dst=out[1], src=c)
+    return out
+
+
+def test_a_tile_given_a_dead_tiles_bytes_reads_as_a_fresh_tile():
+    x = torch.randn(64, 32) + 5
+    got = both(read_a_fresh_tile_after_another_died, x)
+    assert torch.equal(got[0], x)
+    assert torch.equal(got[1], torch.zeros_like(x))

@@ -188,6 +188,13 @@ class Trace:
         return ins
 
     # --- the program --------------------------------------------------------------------------
+    def _written_whole(self, st) -> bool:
+        """Whether the first instruction using `st` writes all of it without reading it first."""
+        ins = self.instrs[st.first]
+        size = st.partition_bytes * st.shape[0]
+        return (any(w is st and lo <= 0 and hi >= size for w, lo, hi in ins.writes)
+                and not any(r is st for r, _, _ in ins.reads))
+
     def _interleave_phases(self):
         """Phase by phase, each program's instructions in order (a stable sort), then each storage's
         lifetime again from the new order (the allocator places tiles by it)."""
@@ -260,16 +267,19 @@ class Trace:
         order = {"arg": 0, "out": 1, "scratch": 2}
         self.hbm = sorted((s for s in self.storages if s.buffer in (HBM, SHARED_HBM)),
                           key=lambda s: (order[s.role[0]], s.role[1], s.id))
+        # A fresh tile reads as zeros (strict: NaN for floats, else its dtype's largest value) until
+        # written. The arena is zeroed once per run, but the allocator gives a dead tile's bytes to
+        # a later one: a tile its first instruction does not wholly write is filled there.
         poison = {}
-        if self.strict:  # a fresh tile reads as NaN (floats) or its dtype's largest value until written
-            for st in self.storages:
-                if st.buffer in ON_CHIP and st.first is not None:
-                    poison.setdefault(st.first, []).append(st)
+        for st in self.storages:
+            if st.buffer in ON_CHIP and st.first is not None and (self.strict or not self._written_whole(st)):
+                poison.setdefault(st.first, []).append(st)
         steps = []
         fused = _fuse.groups(self.instrs)
         for i, ins in enumerate(self.instrs):
             for st in poison.get(i, ()):
-                value = math.nan if st.dtype.is_floating_point else float(_largest(st.dtype))
+                value = 0.0 if not self.strict else math.nan if st.dtype.is_floating_point else \
+                    float(_largest(st.dtype))
                 steps.append((FILL, [self.operand(NkiTensor(st), rows)], [], [value]))
             for op, operands, ints, floats in fused.get(i, ins.steps):
                 steps.append((op, [self.operand(o, rows) for o in operands], list(ints),
