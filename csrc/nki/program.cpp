@@ -392,36 +392,24 @@ void execute(Memory& mem, const Step& s, int team) {
     case kRng:
       mem.rng(s.i[0]).step(s.i[1], mem, o.empty() ? nullptr : &o[0]);
       return;
-    case kDynCopy: {
-      const at::Tensor index = mem.view(o[2]).reshape({-1});
-      const int64_t v = index.to(at::kLong).item<int64_t>();
-      if ((v < 0 || v > s.i[2]) && s.i.size() > 3 && s.i[3] != 0) return;  // oob_mode=skip: no transfer
-      TORCH_CHECK(v >= 0 && v <= s.i[2], "nki: a DMA's run-time offset (scalar_offset=) read ", v,
-                  " from SBUF; the access stays inside its tensor for 0..", s.i[2]);
-      Operand moved = o[s.i[0]];
-      moved.byte_offset += v * s.i[1];
-      if (s.i[0] == 1) {
-        mem.write(o[0], mem.view(moved));
-      } else {
-        mem.write(moved, mem.view(o[1]));
-      }
-      return;
-    }
-    case kIndirectCopy: {  // one transfer per entry of the indirect dim (the DMA's descriptors)
+    case kOffsetCopy: {  // one transfer per run-time offset (the DMA's descriptors)
       const at::Tensor index = mem.view(o[2]).reshape({-1}).to(at::kLong);
       const int64_t side = s.i[0], dim = s.i[2];
       for (int64_t r = 0; r < index.numel(); ++r) {
         const int64_t v = index[r].item<int64_t>();
         if ((v < s.i[3] || v > s.i[4]) && s.i[5] != 0) continue;  // oob_mode=skip
-        TORCH_CHECK(v >= s.i[3] && v <= s.i[4], "nki: a DMA's vector_offset entry ", r, " read ", v,
-                    " from SBUF; the access stays inside its tensor for ", s.i[3], "..", s.i[4]);
+        TORCH_CHECK(
+            v >= s.i[3] && v <= s.i[4], "nki: a DMA's ",
+            dim >= 0 ? "vector_offset entry " + std::to_string(r) : std::string("run-time offset (scalar_offset=)"),
+            " read ", v, " from SBUF; the access stays inside its tensor for ", s.i[3], "..", s.i[4]);
         Operand moved = o[side];
         moved.byte_offset += v * s.i[1];
-        at::Tensor there = mem.view(moved).select(dim, r), here = mem.view(o[1 - side]).select(dim, r);
+        at::Tensor there = mem.view(moved), here = mem.view(o[1 - side]);
+        if (dim >= 0) there = there.select(dim, r), here = here.select(dim, r);
         if (side == 0) {
-          there.copy_(here);
+          there.copy_(here.sizes().equals(there.sizes()) ? here : here.reshape(there.sizes()));
         } else {
-          here.copy_(there);
+          here.copy_(there.sizes().equals(here.sizes()) ? there : there.reshape(here.sizes()));
         }
       }
       return;

@@ -55,12 +55,11 @@ enum Op : int32_t {
   kMatchReplace8,    // o0 = o1 with, for k = 0..7 in turn, the first element of partition p equal to o2[p, k]
                      // replaced by f0 (so equal values match successive elements); o3 (if given) = those
                      // indices, all ones where a value is absent; in fp32, free dims flattened
-  kDynCopy,          // o0 = o1 with operand i0 (0: o0, 1: o1) moved by the integer o2 holds x i1 bytes, the
-                     // integer within 0..i2 (else an error, or no transfer where i3 is 1: oob_mode=skip)
-  kNonzero,          // per partition p of o1 (free dims flattened, T elements): o0[p, :N] = the indices
+  kOffsetCopy,       // o0 = o1 with operand i0 (0: o0, 1: o1) moved by run-time integers: by o2's one
+                     // integer x i1 bytes (i2 = -1), or entry r of its dim i2 by o2's r-th integer x i1 bytes;
+                     // each integer within i3..i4 (else an error, or no transfer where i5 is 1: oob_mode=skip)
+  kNonzero           // per partition p of o1 (free dims flattened, T elements): o0[p, :N] = the indices
                      // (+ f0) of its N nonzero elements in order, o0[p, N:T] = f1, o0[p, T] = N
-  kIndirectCopy      // o0 = o1, entry r of dim i2 of operand i0 (0: o0, 1: o1) moved by o2's r-th integer
-                     // x i1 bytes, each integer within i3..i4 (else an error, or no transfer where i5 is 1)
 };
 
 struct Step {

@@ -38,50 +38,37 @@ def dma_copy(dst, src, priority=None, oob_mode=None, dge_mode=None, engine=None,
         check(dst.dtype == src.dtype, "dtype", "dge_mode=hwdge copies without casting: dtypes must match", ins)
     nbytes = max(dst.size * dst.dtype.itemsize, src.size * src.dtype.itemsize)
     hbm_side = src if src.buffer in (HBM, SHARED_HBM) else dst
-    if src.vector is not None or dst.vector is not None:
-        _indirect_copy(dst, src, oob_mode, nbytes, _row_bytes(hbm_side), ins)
-        return
-    if src.dynamic is None and dst.dynamic is None:
+    if all(t.dynamic is None and t.vector is None for t in (src, dst)):
         T.active().emit(ins, "dma", reads=[src], writes=[dst], steps=[(T.COPY, [dst, src], [], [])],
                         dma=(nbytes, _row_bytes(hbm_side)))
         return
-    check(src.dynamic is None or dst.dynamic is None, "access pattern",
-          "src and dst both have run-time offsets; a DMA takes one", ins)
-    moved, side = (src, 1) if src.dynamic is not None else (dst, 0)
-    index, step = moved.dynamic
-    # The largest index that keeps every element inside the tensor; the program checks it when it
-    # reads the index (oob_mode=error, the default: a DMA out of bounds is an error; oob_mode=skip:
-    # an access reaching outside is not made, in whole, as indexed_flatten's padded rows expect).
+    _offset_copy(dst, src, oob_mode, nbytes, _row_bytes(hbm_side), ins)
+
+
+def _offset_copy(dst, src, oob_mode, nbytes, row_bytes, ins):
+    """A DMA whose HBM side moves by integers read when the program runs: the whole view by one
+    (ap(scalar_offset=)), or each entry of one dim by its own (ap(vector_offset=)). Each integer is
+    checked when read against the range that keeps the access inside its tensor (oob_mode=error,
+    the default; oob_mode=skip: an access reaching outside is not made, in whole, as
+    indexed_flatten's padded rows expect)."""
+    offsets = [t for t in (src, dst) for o in (t.dynamic, t.vector) if o is not None]
+    check(len(offsets) == 1, "access pattern", "a DMA takes one run-time offset, on one side", ins)
+    moved, other, side = (src, dst, 1) if offsets[0] is src else (dst, src, 0)
+    if moved.vector is not None:
+        index, step, dim = moved.vector
+        if tuple(other.shape) != tuple(moved.shape):
+            raise NotImplementedError(f"nki: {ins} between {tuple(src.shape)} and {tuple(dst.shape)} with "
+                                      f"vector_offset is not supported yet: give both sides the same shape")
+    else:
+        (index, step), dim = moved.dynamic, -1
     total = math.prod(moved.storage.shape) * moved.storage.dtype.itemsize // moved.dtype.itemsize
-    lo, hi = T.span_elements(moved)
-    largest = (total - 1 - hi) // step if step > 0 else 2 ** 62
+    lo, hi = T.span_elements(moved)  # under vector_offset the indirect dim's step is 0: one entry's span
+    lowest, largest = (-(lo // step), (total - 1 - hi) // step) if step > 0 else (-2 ** 62, 2 ** 62)
     whole = NkiTensor(moved.storage)  # where the access lands is known only at run time
     reads = [src, index] if side == 0 else [whole, index]
     writes = [whole] if side == 0 else [dst]
     T.active().emit(ins, "dma", reads=reads, writes=writes,
-                    steps=[(T.DYN_COPY, [dst, src, index],
-                            [side, step * moved.dtype.itemsize, largest, int(_skips(oob_mode))], [])],
-                    dma=(nbytes, _row_bytes(hbm_side)))
-
-
-def _indirect_copy(dst, src, oob_mode, nbytes, row_bytes, ins):
-    """A DMA whose HBM side has an offset per entry of one dim (ap(vector_offset=)): entry i of that
-    dim moves to the i-th index x the tensor's step, each index checked when the program reads it."""
-    check((src.vector is None) != (dst.vector is None) and src.dynamic is None and dst.dynamic is None,
-          "access pattern", "a DMA takes one run-time offset (vector_offset= on one side)", ins)
-    moved, other, side = (src, dst, 1) if src.vector is not None else (dst, src, 0)
-    index, step, dim = moved.vector
-    if tuple(other.shape) != tuple(moved.shape):
-        raise NotImplementedError(f"nki: {ins} between {tuple(src.shape)} and {tuple(dst.shape)} with vector_offset "
-                                  f"is not supported yet: give both sides the same shape")
-    total = math.prod(moved.storage.shape) * moved.storage.dtype.itemsize // moved.dtype.itemsize
-    lo, hi = T.span_elements(moved)  # the indirect dim's step is 0: one entry's span
-    lowest, largest = -(lo // step), (total - 1 - hi) // step
-    whole = NkiTensor(moved.storage)
-    reads = [src, index] if side == 0 else [whole, index]
-    writes = [whole] if side == 0 else [dst]
-    T.active().emit(ins, "dma", reads=reads, writes=writes,
-                    steps=[(T.INDIRECT_COPY, [dst, src, index],
+                    steps=[(T.OFFSET_COPY, [dst, src, index],
                             [side, step * moved.dtype.itemsize, dim, lowest, largest, int(_skips(oob_mode))], [])],
                     dma=(nbytes, row_bytes))
 
