@@ -28,6 +28,23 @@ print("child", os.waitstatus_to_exitcode(status), torch.ones(2, device="neuron")
     assert r.stdout.split() == ["child", "0", "2.0"], r.stdout + r.stderr[-2000:]
 
 
+def test_forked_child_computes_on_the_cpu_with_every_thread():
+    # The device parks an OpenMP team of its own (executor.cpp's share_cores_with_the_host); were
+    # it the user's thread's, a forked child's first parallel region would wait for its threads.
+    code = """
+import os, torch
+x = torch.randn(1 << 20)
+torch.ones(2, device="neuron").sum().item()
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if torch.equal(x * 2 + 1, torch.addcmul(torch.ones(1 << 20), x, torch.full((1,), 2.0))) else 1)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status), torch.get_num_threads())
+"""
+    r = run_python(code, timeout=60)
+    assert r.returncode == 0 and r.stdout.split()[:2] == ["child", "0"], r.stdout + r.stderr[-2000:]
+
+
 def test_fork_before_any_use_leaves_the_child_free_to_use_the_device():
     code = """
 import os, torch

@@ -3,8 +3,13 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/util/Exception.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "exec/kernel_alloc.h"
@@ -49,6 +54,31 @@ struct WorkerSetup {
 } worker_setup;
 
 }  // namespace
+
+void share_cores_with_the_host() {
+  // libgomp lets a team's idle threads spin (about 300,000 polls) after each parallel region
+  // unless more OpenMP threads exist than CPUs; then they poll briefly and sleep. A CPU process
+  // has one team, led by the Python thread, so its spinning helpers sit on the cores Python does
+  // not use. Here the team is the queue worker's, and the Python thread keeps dispatching beside
+  // it: a spinning helper takes the core the host needs (a tiny Llama's generate ran 2.2x slower).
+  // One more team, parked for good, makes libgomp count more threads than cores, so helpers
+  // yield at once; the worker's team keeps its size, so kernels keep the CPU's bits. The team is
+  // led by a thread of its own: on the user's thread it would be a team a forked child inherits
+  // without its threads, and the child's first parallel region would hang. ATen's parallel_for
+  // is inlined here and this library is built without OpenMP, so the region is opened through the
+  // libgomp that torch loaded; without one there is nothing to do.
+  using Region = void (*)(void (*)(void*), void*, unsigned, unsigned);
+  static const auto open_region = reinterpret_cast<Region>(dlsym(RTLD_DEFAULT, "GOMP_parallel"));
+  const int n = at::get_num_threads();
+  if (open_region == nullptr || n <= 1) return;
+  std::thread([n] {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);  // signals stay with the threads that handle them
+    open_region([](void*) {}, nullptr, static_cast<unsigned>(n), 0);
+    for (;;) pause();  // a thread's team ends with it
+  }).detach();
+}
 
 std::atomic<bool> worker_warnings_pending{false};
 
