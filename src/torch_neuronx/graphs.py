@@ -100,23 +100,29 @@ class NeuronGraph:
 class graph:
     """`with torch.neuron.graph(g): ...` captures the block into `g` (torch.cuda.graph's rules):
     the device is synchronized first, and the capture runs on a side stream unless `stream` is
-    given. If the block raises, the capture ends without a graph and the block's error propagates."""
+    given. If the block raises, the capture ends without a graph and the block's error propagates.
+    `_collect_garbage=False` skips the gc.collect() before the capture (which frees tensors held
+    only by reference cycles, as torch.cuda.graph does): compile/graphed.py captures again whenever
+    a static cache moves (each `generate` makes a new one), and a collection of a process holding
+    a Hugging Face model took 110 ms, longer than the 32 decode steps the capture serves."""
 
     default_capture_stream: Optional[torch.Stream] = None
 
     def __init__(self, neuron_graph: NeuronGraph, pool: Optional[tuple] = None,
-                 stream: Optional[torch.Stream] = None, capture_error_mode: str = "global"):
+                 stream: Optional[torch.Stream] = None, capture_error_mode: str = "global", *,
+                 _collect_garbage: bool = True):
         if stream is None:
             if graph.default_capture_stream is None:
                 graph.default_capture_stream = torch.neuron.Stream()
             stream = graph.default_capture_stream
         self.neuron_graph, self.pool, self.capture_error_mode = neuron_graph, pool, capture_error_mode
-        self.capture_stream = stream
+        self.capture_stream, self.collect_garbage = stream, _collect_garbage
         self.stream_ctx = torch.neuron.stream(stream)
 
     def __enter__(self):
         torch.neuron.synchronize()
-        gc.collect()
+        if self.collect_garbage:
+            gc.collect()
         self.stream_ctx.__enter__()
         try:
             self.neuron_graph.capture_begin(self.pool, capture_error_mode=self.capture_error_mode)

@@ -102,7 +102,7 @@ class _Captured:
         self.copies = [i for i, a in enumerate(self.inputs) if isinstance(a, torch.Tensor) and i not in self.static]
         versions = [a._version if isinstance(a, torch.Tensor) else None for a in self.inputs]
         self.graph = torch.neuron.NeuronGraph()
-        with torch.neuron.graph(self.graph):
+        with torch.neuron.graph(self.graph, _collect_garbage=False):
             self.outputs = program(*self.inputs)
         self.mutated = {i for i, a in enumerate(self.inputs)
                         if isinstance(a, torch.Tensor) and a._version != versions[i]}
