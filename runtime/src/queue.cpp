@@ -6,6 +6,8 @@
 #include <map>
 #include <stdexcept>
 
+#include "neuronrt/cores.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define NEURONRT_PAUSE() _mm_pause()
@@ -40,9 +42,14 @@ int64_t now_ns() {
 
 // A worker that just ran dry keeps polling this long before it sleeps, so a host thread that
 // issues op after op does not pay a wake-up per op; short enough not to hold a core for long.
+// Neither polls while the machine's cores are oversubscribed (cores.cpp).
 constexpr auto kWorkerSpin = std::chrono::microseconds(50);
 // A host thread waiting for a task polls this long before it sleeps.
 constexpr auto kWaitSpin = std::chrono::microseconds(20);
+
+std::chrono::microseconds spin(std::chrono::microseconds limit) {
+  return cores_contended() ? std::chrono::microseconds(0) : limit;
+}
 
 // Polls `busy` for up to `limit`; true once it turned false. The clock is read only when polling
 // starts and every 64 polls (it costs more than a poll).
@@ -119,7 +126,7 @@ struct Queue::ProgramTask {
 
   // The next task of the run, or false once the run is closed and drained (or the queue stops).
   bool take(Gathered* out, size_t taken) {
-    const auto spin_until = std::chrono::steady_clock::now() + kWorkerSpin;
+    const auto spin_until = std::chrono::steady_clock::now() + spin(kWorkerSpin);
     while (seg->pushed.load(std::memory_order_acquire) == taken && !seg->closed.load(std::memory_order_acquire) &&
            std::chrono::steady_clock::now() < spin_until) {
       std::this_thread::yield();
@@ -383,7 +390,7 @@ void Queue::worker_loop() {
       busy_ns_.store(busy_ns_.load(std::memory_order_relaxed) + now_ns() - since, std::memory_order_relaxed);
       busy_since_ns_.store(since = -1, std::memory_order_relaxed);
     }
-    if (!poll_while([&] { return submitted_.load(std::memory_order_acquire) < next; }, kWorkerSpin)) {
+    if (!poll_while([&] { return submitted_.load(std::memory_order_acquire) < next; }, spin(kWorkerSpin))) {
       std::unique_lock<std::mutex> lock(mu_);
       worker_sleeping_.store(true, std::memory_order_seq_cst);
       work_cv_.wait(lock, [&] { return stop_.load() || submitted_.load(std::memory_order_seq_cst) >= next; });
@@ -464,7 +471,7 @@ void Queue::raise_error_through(uint64_t seq) {
 
 void Queue::wait_for(uint64_t seq) const {
   if (is_complete(seq)) return;
-  const auto until = std::chrono::steady_clock::now() + kWaitSpin;
+  const auto until = std::chrono::steady_clock::now() + spin(kWaitSpin);
   while (std::chrono::steady_clock::now() < until) {
     if (is_complete(seq)) return;
     NEURONRT_PAUSE();
