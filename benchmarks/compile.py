@@ -175,10 +175,10 @@ def main():
 
     print("static-cache greedy decode, 32 tokens after a 16-token prompt, tokens/s, best of 10 generates")
     cpu = float(_child(["--decode-child", "cpu", "eager"]))
-    print(f"  {'CPU eager generate':<36}{cpu:>9.1f}")
+    print(f"  {'CPU eager generate':<42}{cpu:>9.1f}")
     for mode in ("default", "reduce-overhead"):
         neuron = float(_child(["--decode-child", "neuron", mode]))
-        print(f"  {'neuron compiled decode, ' + mode:<36}{neuron:>9.1f}  {neuron / cpu:.2f}x CPU eager "
+        print(f"  {'neuron compiled decode, ' + mode:<42}{neuron:>9.1f}  {neuron / cpu:.2f}x CPU eager "
               "(target >= 1.5x)")
     print()
 
