@@ -487,8 +487,11 @@ def test_serve_sigterm_ends_open_streams(models, tmp_path):
     ends = [None] * streams
 
     def stream(i):
+        # A server that runs behind sends two tokens in one event: the tokens are counted from
+        # the usage the stream ends with, not from its events.
         body = {"model": models["llama"], "prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": new_tokens,
-                "min_tokens": new_tokens, "temperature": 0, "stream": True}
+                "min_tokens": new_tokens, "temperature": 0, "stream": True,
+                "stream_options": {"include_usage": True}}
         count, done, first = 0, False, True
         try:
             with httpx.stream("POST", base + "/v1/completions", json=body, timeout=120) as response:
@@ -496,7 +499,9 @@ def test_serve_sigterm_ends_open_streams(models, tmp_path):
                     if line == "data: [DONE]":
                         done = True
                     elif line.startswith("data: "):
-                        count += 1
+                        usage = json.loads(line[len("data: "):]).get("usage")
+                        if usage:
+                            count = usage["completion_tokens"]
                         if first:
                             first = False
                             started.wait()
