@@ -29,7 +29,7 @@ print("child", os.waitstatus_to_exitcode(status), torch.ones(2, device="neuron")
 
 
 def test_forked_child_computes_on_the_cpu_with_every_thread():
-    # The device parks an OpenMP team of its own (executor.cpp's share_cores_with_the_host); were
+    # The device parks an OpenMP team of its own (executor.cpp's park_a_team); were
     # it the user's thread's, a forked child's first parallel region would wait for its threads.
     code = """
 import os, torch

@@ -11,9 +11,6 @@
 
 #include <array>
 #include <atomic>
-#include <mutex>
-
-#include "exec/executor.h"
 
 namespace torch_neuronx {
 namespace {
@@ -41,10 +38,7 @@ c10::DeviceIndex resolve(c10::DeviceIndex index) {
 }  // namespace
 
 neuronrt::Runtime& runtime() {
-  auto& rt = checked([]() -> neuronrt::Runtime& { return neuronrt::Runtime::get(); });
-  static std::once_flag up;
-  std::call_once(up, share_cores_with_the_host);
-  return rt;
+  return checked([]() -> neuronrt::Runtime& { return neuronrt::Runtime::get(); });
 }
 
 int device_count() noexcept { return neuronrt::Runtime::visible_devices(); }

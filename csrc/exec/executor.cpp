@@ -39,23 +39,7 @@ WorkerWarnings& worker_warnings() {
   return *w;
 }
 
-// Kernels on queue workers call ATen on CPU views below autograd, like the op that queued them,
-// and their warnings wait for the user's thread. A kernel's thread team is PyTorch's intra-op
-// thread count, whatever the host thread is doing, so an op splits its work (and a reduction its
-// sums) as the CPU does: the same inputs give the same bits, run after run, and the CPU's bits.
-struct WorkerSetup {
-  WorkerSetup() {
-    neuronrt::Queue::set_thread_init_hook([] {
-      static thread_local at::AutoDispatchBelowADInplaceOrView below;
-      c10::WarningUtils::set_warning_handler(&worker_warnings());
-      at::internal::lazy_init_num_threads();
-    });
-  }
-} worker_setup;
-
-}  // namespace
-
-void share_cores_with_the_host() {
+void park_a_team() {
   // libgomp lets a team's idle threads spin (about 300,000 polls) after each parallel region
   // unless more OpenMP threads exist than CPUs; then they poll briefly and sleep. A CPU process
   // has one team, led by the Python thread, so its spinning helpers sit on the cores Python does
@@ -68,10 +52,10 @@ void share_cores_with_the_host() {
   // is inlined here and this library is built without OpenMP, so the region is opened through the
   // libgomp that torch loaded; without one there is nothing to do.
   using Region = void (*)(void (*)(void*), void*, unsigned, unsigned);
-  static const auto open_region = reinterpret_cast<Region>(dlsym(RTLD_DEFAULT, "GOMP_parallel"));
+  const auto open_region = reinterpret_cast<Region>(dlsym(RTLD_DEFAULT, "GOMP_parallel"));
   const int n = at::get_num_threads();
   if (open_region == nullptr || n <= 1) return;
-  std::thread([n] {
+  std::thread([open_region, n] {
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, nullptr);  // signals stay with the threads that handle them
@@ -79,6 +63,24 @@ void share_cores_with_the_host() {
     for (;;) pause();  // a thread's team ends with it
   }).detach();
 }
+
+// Kernels on queue workers call ATen on CPU views below autograd, like the op that queued them,
+// and their warnings wait for the user's thread. A kernel's thread team is PyTorch's intra-op
+// thread count, whatever the host thread is doing, so an op splits its work (and a reduction its
+// sums) as the CPU does: the same inputs give the same bits, run after run, and the CPU's bits.
+struct WorkerSetup {
+  WorkerSetup() {
+    neuronrt::Queue::set_thread_init_hook([] {
+      static thread_local at::AutoDispatchBelowADInplaceOrView below;
+      c10::WarningUtils::set_warning_handler(&worker_warnings());
+      at::internal::lazy_init_num_threads();
+      static std::once_flag parked;  // by the first worker, off every op's path
+      std::call_once(parked, park_a_team);
+    });
+  }
+} worker_setup;
+
+}  // namespace
 
 std::atomic<bool> worker_warnings_pending{false};
 

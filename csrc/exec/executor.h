@@ -24,9 +24,6 @@ namespace torch_neuronx {
 extern std::atomic<bool> worker_warnings_pending;
 void raise_worker_warnings();
 
-// Called once, when the runtime comes up, on the thread that brings it up (see executor.cpp).
-void share_cores_with_the_host();
-
 // Queues `fn` on the current stream of `device` and returns at once. `name` must outlive the task
 // (an operator name or a literal); a failure is raised at a later synchronizing call.
 template <class F>

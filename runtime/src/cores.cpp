@@ -23,9 +23,8 @@ namespace {
 int runnable_threads() {
   std::FILE* f = std::fopen("/proc/loadavg", "r");
   if (f == nullptr) return -1;
-  double avg[3];
-  int running = -1, total = 0;
-  if (std::fscanf(f, "%lf %lf %lf %d/%d", &avg[0], &avg[1], &avg[2], &running, &total) != 5) running = -1;
+  int running = -1;
+  if (std::fscanf(f, "%*f %*f %*f %d", &running) != 1) running = -1;
   std::fclose(f);
   return running;
 }
