@@ -24,6 +24,8 @@ import time
 
 import torch
 
+from own_process import rerun
+
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -138,12 +140,6 @@ def twelve_lengths(automatic_dynamic):
     return time.perf_counter() - t0, torch_neuronx.compile_stats()
 
 
-def _child(arguments) -> str:
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), *arguments], capture_output=True, text=True,
-                         check=True).stdout
-    return out.strip().splitlines()[-1]
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--rounds", type=int, default=5)
@@ -166,7 +162,7 @@ def main():
           "process of its own (in one process the devices' OpenMP threads slow each other down)")
     rows = {"neuron compiled": ("neuron", "neuron"), "neuron eager": ("neuron", "eager"),
             "CPU eager": ("cpu", "eager"), "CPU Inductor": ("cpu", "inductor")}
-    rate = {name: float(_child(["--child", device, backend, "--rounds", str(args.rounds), "--iters", str(args.iters)]))
+    rate = {name: rerun(__file__, "--child", device, backend, "--rounds", args.rounds, "--iters", args.iters)
             for name, (device, backend) in rows.items()}
     for name, r in rate.items():
         print(f"  {name:<18}{r:>9.1f} steps/s  {r / rate['CPU eager']:>5.2f}x CPU eager  "
@@ -174,10 +170,10 @@ def main():
     print("  targets: neuron compiled >= 1.4x CPU eager, >= 1.0x CPU Inductor\n")
 
     print("static-cache greedy decode, 32 tokens after a 16-token prompt, tokens/s, best of 10 generates")
-    cpu = float(_child(["--decode-child", "cpu", "eager"]))
+    cpu = rerun(__file__, "--decode-child", "cpu", "eager")
     print(f"  {'CPU eager generate':<42}{cpu:>9.1f}")
     for mode in ("default", "reduce-overhead"):
-        neuron = float(_child(["--decode-child", "neuron", mode]))
+        neuron = rerun(__file__, "--decode-child", "neuron", mode)
         print(f"  {'neuron compiled decode, ' + mode:<42}{neuron:>9.1f}  {neuron / cpu:.2f}x CPU eager "
               "(target >= 1.5x)")
     print()

@@ -18,11 +18,11 @@ no wider than the CPU's.
 import argparse
 import json
 import os
-import subprocess
-import sys
 import time
 
 import torch
+
+from own_process import rerun
 import torch.nn.functional as F
 
 import torch_neuronx
@@ -181,10 +181,7 @@ def busy_loop():
 
 
 def run_child(name, device, args):
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", name, device, "--rounds", str(args.rounds),
-           "--iters", str(args.iters), "--size", args.size]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return rerun(__file__, "--child", name, device, "--rounds", args.rounds, "--iters", args.iters, "--size", args.size)
 
 
 def under_load(names, quiet, args):

@@ -12,12 +12,12 @@ import contextlib
 import io
 import json
 import math
-import os
-import subprocess
 import sys
 import time
 
 import torch
+
+from own_process import rerun
 
 import torch_neuronx
 
@@ -179,9 +179,7 @@ def run():
         print(json.dumps(RESULTS[MEASURING]))
         return
     for device in RESULTS:
-        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--measure", device], capture_output=True,
-                             text=True, check=True).stdout
-        RESULTS[device] = json.loads(out.strip().splitlines()[-1])
+        RESULTS[device] = rerun(__file__, "--measure", device)
     main()
 
 
