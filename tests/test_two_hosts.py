@@ -82,12 +82,13 @@ def test_host_identity_tells_the_namespaces_apart(pair):
 def test_namespaces_are_two_hosts_to_the_group(pair, subtests, tmp_path):
     """Every collective of the single-host tests, on the world group (hybrid, 2 ranks per host)
     and on the group [1, 3] (one rank per host); groups of one host's ranks use shared memory;
-    all_reduce of 4 MiB with every op, every rank bitwise equal."""
+    all_reduce of 9 MiB (3 pipelined chunks) with every op, every rank bitwise equal;
+    hierarchical all_gather and reduce_scatter on hosts with equal and unequal numbers of ranks."""
     r, _ = _worker(pair, tmp_path, "collectives", "hosts")
     required = ["world/transport"] + [f"world/{c}" for c in COLLECTIVES] + ["world/compiled"]
     required += [f"group[1,3]/{c}" for c in COLLECTIVES]
     check_scenarios(subtests, r, "collectives/", required)
-    check_scenarios(subtests, r, "hosts/", ["transports", "large_all_reduce", "one_host_group"])
+    check_scenarios(subtests, r, "hosts/", ["transports", "large_all_reduce", "one_host_group", "gather_and_scatter"])
     check_clean_exit(r)
 
 

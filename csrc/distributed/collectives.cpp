@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/device.h"
+#include "distributed/hybrid_collectives.h"
 #include "distributed/process_group.h"
 #include "distributed/reduce.h"
 #include "distributed/shm_collectives.h"
@@ -147,6 +148,16 @@ Tensors concat(Tensors a, const Tensors& b) {
   return a;
 }
 
+// all_gather's body in a group spanning hosts (hybrid_collectives.h).
+ProcessGroupNeuron::HostBody gather_between_hosts(const std::shared_ptr<ShmGroup>& g,
+                                                  const ProcessGroupNeuron::Hosts& hosts, const char* what,
+                                                  const Piece& in, const std::vector<Piece>& outs,
+                                                  const std::string& sig) {
+  return [g, leaders = hosts.leaders, layout = hosts.layout, in, outs, sig, what](c10d::Backend&) {
+    hybrid_allgather(*g, leaders.get(), layout, in, outs, sig, what);
+  };
+}
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_each(const char* name, c10d::OpType type,
@@ -171,23 +182,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_each(const char* name,
     for (size_t i = 0; i < ds.size(); ++i) host_reduce(h, ds[i].view(), rs[i], root, keep);
   };
   if (hosts_ && root < 0) {
-    // Hierarchical: this host's sum on its first rank, the hosts' sums exchanged by those ranks,
-    // the total broadcast inside each host. AVG divides by the whole group's size in the first
-    // step and PREMUL_SUM scales there, so the exchange between hosts is a plain sum.
-    host = [g = shm_, leaders = hosts_->leaders, ps = pieces(tensors), ds = descs(tensors), numels, dtypes, rs, sigs,
-            what](c10d::Backend&) {
-      for (size_t i = 0; i < ps.size(); ++i) {
-        shm_reduce(*g, what, ps[i], numels[i], dtypes[i], rs[i], sigs[i], 0);
-        if (leaders) {
-          const at::Tensor v = ds[i].view();
-          Tensors c{to_host(v)};
-          c10d::AllreduceOptions o;
-          o.reduceOp = host_op(rs[i]);
-          leaders->allreduce(c, o)->wait();
-          from_host(v, c[0]);
-        }
-        shm_broadcast(*g, ps[i], 0, sigs[i], what);
-      }
+    host = [g = shm_, leaders = hosts_->leaders, ps = pieces(tensors), numels, dtypes, rs, sigs, what](c10d::Backend&) {
+      for (size_t i = 0; i < ps.size(); ++i)
+        hybrid_allreduce(*g, leaders.get(), ps[i], numels[i], dtypes[i], rs[i], sigs[i], what);
     };
   }
   return enqueue(name, type, tensors, tensors, std::move(shm), std::move(host));
@@ -218,7 +215,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(Tensors& tensors, c
   const std::string sig = signature("broadcast", t, "root " + std::to_string(root));
   return enqueue(
       "neuron::broadcast", c10d::OpType::BROADCAST, {t}, {t},
-      [p = piece(t), root, sig](ShmGroup& g) { shm_broadcast(g, p, root, sig); },
+      [p = piece(t), root, sig](ShmGroup& g) { shm_broadcast(g, {p}, root, sig); },
       [d = TensorDesc::of(t), root](c10d::Backend& h) {
         const at::Tensor v = d.view();
         Tensors c{to_host(v)};
@@ -243,16 +240,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(std::vector<Tensors
     check_same(o, in, 1, "allgather");
   }
   const std::string sig = signature("allgather", in);
+  HostBody host = [in_d = TensorDesc::of(in), outs_d = descs(outs)](c10d::Backend& h) {
+    const Tensors outs = views(outs_d);
+    std::vector<Tensors> c{host_all(outs)};
+    Tensors ci{to_host(in_d.view())};
+    h.allgather(c, ci)->wait();
+    from_host_all(outs, c[0]);
+  };
+  if (hosts_) host = gather_between_hosts(shm_, *hosts_, "allgather", piece(in), pieces(outs), sig);
   return enqueue(
       "neuron::allgather", c10d::OpType::ALLGATHER, concat({in}, outs), outs,
-      [i = piece(in), o = pieces(outs), sig](ShmGroup& g) { shm_gather(g, "allgather", i, o, sig); },
-      [in_d = TensorDesc::of(in), outs_d = descs(outs)](c10d::Backend& h) {
-        const Tensors outs = views(outs_d);
-        std::vector<Tensors> c{host_all(outs)};
-        Tensors ci{to_host(in_d.view())};
-        h.allgather(c, ci)->wait();
-        from_host_all(outs, c[0]);
-      });
+      [i = piece(in), o = pieces(outs), sig](ShmGroup& g) { shm_gather(g, "allgather", i, o, sig); }, std::move(host));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -264,17 +262,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(at::Tensor& o
   std::vector<Piece> dst;
   for (int q = 0; q < size_; ++q) dst.push_back(piece(out, q * nbytes(in), nbytes(in)));
   const std::string sig = signature("allgather", in);
+  HostBody host = [in_d = TensorDesc::of(in), out_d = TensorDesc::of(out), n = size_](c10d::Backend& h) {
+    const at::Tensor out = out_d.view();
+    at::Tensor co = to_host(out);
+    std::vector<Tensors> c{flat_chunks(co, n)};
+    Tensors ci{to_host(in_d.view())};
+    h.allgather(c, ci)->wait();
+    from_host(out, co);
+  };
+  if (hosts_) host = gather_between_hosts(shm_, *hosts_, "all_gather_into_tensor", piece(in), dst, sig);
   return enqueue(
       "neuron::all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE, {in, out}, {out},
       [i = piece(in), dst, sig](ShmGroup& g) { shm_gather(g, "all_gather_into_tensor", i, dst, sig); },
-      [in_d = TensorDesc::of(in), out_d = TensorDesc::of(out), n = size_](c10d::Backend& h) {
-        const at::Tensor out = out_d.view();
-        at::Tensor co = to_host(out);
-        std::vector<Tensors> c{flat_chunks(co, n)};
-        Tensors ci{to_host(in_d.view())};
-        h.allgather(c, ci)->wait();
-        from_host(out, co);
-      });
+      std::move(host));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_into_tensor_coalesced(Tensors& outputs, Tensors& inputs,
@@ -350,6 +350,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(Tensors& outpu
     check_layout(i, "reduce_scatter");
     check_same(out, i, 1, "reduce_scatter");
   }
+  if (hosts_) {
+    // The hierarchical body takes one input buffer: the list joined on the caller's stream, which
+    // the collective's task waits for.
+    Tensors flat;
+    for (const auto& i : ins) flat.push_back(i.view({-1}));
+    return reduce_scatter_flat("neuron::reduce_scatter", c10d::OpType::REDUCE_SCATTER, "reduce_scatter", out,
+                               at::cat(flat), opts);
+  }
   const Reduction r = make_reduction(opts.reduceOp, out.scalar_type(), size_, "reduce_scatter");
   const std::string sig = signature("reduce_scatter", out, reduction_name(r));
   return enqueue(
@@ -367,19 +375,42 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(at::Tens
   check_layout(input, "reduce_scatter_tensor");
   check_layout(output, "reduce_scatter_tensor");
   check_same(input, output, size_, "reduce_scatter_tensor");
-  const at::Tensor in = input, out = output;
+  return reduce_scatter_flat("neuron::reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE,
+                             "reduce_scatter_tensor", output, input, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_flat(const char* name, c10d::OpType type,
+                                                                       const char* what, const at::Tensor& out,
+                                                                       const at::Tensor& in,
+                                                                       const c10d::ReduceScatterOptions& opts) {
   std::vector<Piece> src;
   for (int q = 0; q < size_; ++q) src.push_back(piece(in, q * nbytes(out), nbytes(out)));
-  const Reduction r = make_reduction(opts.reduceOp, out.scalar_type(), size_, "reduce_scatter_tensor");
+  const Reduction r = make_reduction(opts.reduceOp, out.scalar_type(), size_, what);
   const std::string sig = signature("reduce_scatter", out, reduction_name(r));
+  Tensors tensors{in, out};
+  HostBody host = [in_d = TensorDesc::of(in), out_d = TensorDesc::of(out), r, n = size_](c10d::Backend& h) {
+    host_reduce_scatter(h, flat_chunks(to_host(in_d.view()), n), out_d.view(), r);
+  };
+  if (hosts_) {
+    // The leader sums its host's inputs into a buffer of its own; the allocator reuses it only
+    // after the group's stream has passed this task (enqueue records it there).
+    std::vector<Piece> blocks;
+    if (hosts_->leaders) {
+      const at::Tensor scratch = at::empty_like(in);
+      tensors.push_back(scratch);
+      for (int q = 0; q < size_; ++q) blocks.push_back(piece(scratch, q * nbytes(out), nbytes(out)));
+    }
+    host = [g = shm_, leaders = hosts_->leaders, layout = hosts_->layout, i = piece(in), blocks, o = piece(out),
+            numel = out.numel(), dtype = out.scalar_type(), r, sig, what](c10d::Backend&) {
+      hybrid_reduce_scatter(*g, leaders.get(), layout, i, blocks, o, numel, dtype, r, sig, what);
+    };
+  }
   return enqueue(
-      "neuron::reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, {in, out}, {out},
-      [src, o = piece(out), numel = out.numel(), dtype = out.scalar_type(), r, sig](ShmGroup& g) {
-        shm_scatter(g, "reduce_scatter_tensor", src, o, numel, dtype, &r, -1, sig);
+      name, type, tensors, {out},
+      [src, o = piece(out), numel = out.numel(), dtype = out.scalar_type(), r, sig, what](ShmGroup& g) {
+        shm_scatter(g, what, src, o, numel, dtype, &r, -1, sig);
       },
-      [in_d = TensorDesc::of(in), out_d = TensorDesc::of(out), r, n = size_](c10d::Backend& h) {
-        host_reduce_scatter(h, flat_chunks(to_host(in_d.view()), n), out_d.view(), r);
-      });
+      std::move(host));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesced(

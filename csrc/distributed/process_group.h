@@ -16,10 +16,11 @@
 //   are, each rank then does its share of the work reading and writing any rank's tensors, and a
 //   last round keeps them in place until all are done. A group spanning hosts is hybrid: the
 //   ranks of each host form a shared-memory group, and gloo (which the Python factory creates and
-//   hands in) runs between hosts. all_reduce is hierarchical (reduce inside each host onto its
-//   first rank, those leaders all-reduce over gloo, each broadcasts inside its host), so one
-//   share per host crosses the network; the other collectives stage through host memory into
-//   gloo over all ranks. All run inside the task, so the ordering is the same.
+//   hands in) runs between hosts. all_reduce, all_gather and reduce_scatter are hierarchical
+//   (inside each host onto its first rank, those leaders exchange over gloo, each hands the
+//   result out inside its host), so one share per host crosses the network; the other
+//   collectives stage through host memory into gloo over all ranks. All run inside the task, so
+//   the ordering is the same.
 // - Reductions run in rank order, each element on one rank, written to every rank: every rank
 //   gets bitwise the same result. 16-bit floats accumulate in float32.
 // - Checks that need only this rank (devices, dtypes, sizes, layout) raise at the call; checks
@@ -39,6 +40,8 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
 
+#include "distributed/hybrid_collectives.h"
+
 namespace neuronrt {
 class ShmGroup;
 }
@@ -54,6 +57,7 @@ class ProcessGroupNeuron : public c10d::Backend {
     int local_size = 1;
     c10::intrusive_ptr<c10d::Backend> leaders;  // on each host's first rank only: gloo between hosts
     std::string description;                    // which host this rank is on and which the others are
+    HostLayout layout;                          // which group ranks each host has
   };
   // `host` is null when every rank shares this host; otherwise collectives run over it (all of
   // them, unless `hosts` makes the group hybrid).
@@ -123,6 +127,10 @@ class ProcessGroupNeuron : public c10d::Backend {
                                          Lane lane = kCollectives);
   // The group's device, bound at its first collective; `hint` serves a call without tensors.
   c10::Device device_for(const std::vector<at::Tensor>& tensors, const char* name, std::optional<c10::Device> hint);
+  // reduce_scatter of `in` (the group's blocks, one after another) into `out`, both forms.
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_flat(const char* name, c10d::OpType type, const char* what,
+                                                     const at::Tensor& out, const at::Tensor& in,
+                                                     const c10d::ReduceScatterOptions& opts);
   // allreduce (root < 0), allreduce_coalesced and reduce: each tensor reduced in turn, one task.
   c10::intrusive_ptr<c10d::Work> reduce_each(const char* name, c10d::OpType type,
                                              const std::vector<at::Tensor>& tensors, const c10d::ReduceOp& op,

@@ -82,12 +82,14 @@ void shm_reduce(ShmGroup& g, const char* what, const Piece& mine, int64_t numel,
   finish(g);
 }
 
-void shm_broadcast(ShmGroup& g, const Piece& mine, int root, const std::string& sig, const char* what) {
+void shm_broadcast(ShmGroup& g, const std::vector<Piece>& mine, int root, const std::string& sig, const char* what) {
   g.begin(what, sig);
-  const auto all = publish(g, {mine});
-  const auto [lo, hi] = share(mine.bytes, g.size(), g.rank());
-  for (int q = 0; q < g.size(); ++q) {
-    if (q != root) copy(g, q, all[q][0], lo, root, all[root][0], lo, hi - lo);
+  const auto all = publish(g, mine);
+  for (size_t k = 0; k < mine.size(); ++k) {
+    const auto [lo, hi] = share(mine[k].bytes, g.size(), g.rank());
+    for (int q = 0; q < g.size(); ++q) {
+      if (q != root) copy(g, q, all[q][k], lo, root, all[root][k], lo, hi - lo);
+    }
   }
   finish(g);
 }

@@ -29,8 +29,9 @@ std::vector<Piece> pieces(const std::vector<at::Tensor>& ts);
 // allreduce (root < 0) and reduce: every rank's tensor in place, or the root's.
 void shm_reduce(neuronrt::ShmGroup& g, const char* what, const Piece& mine, int64_t numel, c10::ScalarType dtype,
                 const Reduction& r, const std::string& sig, int root);
-// `what` names the collective in errors (a hierarchical all_reduce ends with this broadcast).
-void shm_broadcast(neuronrt::ShmGroup& g, const Piece& mine, int root, const std::string& sig,
+// The root's pieces copied into every rank's, in one round; `what` names the collective in errors
+// (the hierarchical collectives end with this broadcast).
+void shm_broadcast(neuronrt::ShmGroup& g, const std::vector<Piece>& mine, int root, const std::string& sig,
                    const char* what = "broadcast");
 // Rank r's input lands in outs[r] of every rank that passes outputs (gather: the root).
 void shm_gather(neuronrt::ShmGroup& g, const char* what, const Piece& in, const std::vector<Piece>& outs,

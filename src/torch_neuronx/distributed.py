@@ -6,9 +6,10 @@ accelerate's MULTI_NEURON all reach ProcessGroupNeuron (csrc/distributed/).
 
 Ranks that share a host read and write each other's device memory in place (the memory files
 are handed over a unix socket). A group that spans hosts is hybrid: the ranks of each host form a
-shared-memory group, gloo runs between hosts, and all_reduce is hierarchical (reduce inside each
-host, exchange between hosts, broadcast inside); the other collectives run through gloo over all
-ranks, with tensors staged through host memory. The choice is made per group from each rank's
+shared-memory group, gloo runs between hosts, and all_reduce, all_gather and reduce_scatter are
+hierarchical (inside each host onto its first rank, an exchange between those ranks, handed out
+inside each host); the other collectives run through gloo over all ranks, with tensors staged
+through host memory. The choice is made per group from each rank's
 host identity (`_host_identity`), exchanged through the group's store.
 TORCH_NEURONX_DIST_TRANSPORT=host forces gloo for everything, even on one host (to test it);
 `shm` insists on shared memory and fails if the ranks are not on one host.
@@ -100,7 +101,8 @@ def _create_backend(opts, backend_options):
     return _C._create_process_group(store, rank, size, timeout, label, host,
                                     local_store=dist.PrefixStore(f"neuronx_local/{mine}/", store),
                                     local_rank=local.index(rank), local_size=len(local), leaders=leaders,
-                                    hosts=_describe_hosts(hosts, members, mine))
+                                    hosts=_describe_hosts(hosts, members, mine), host_index=mine,
+                                    layout=[[r for r in range(size) if ids[r] == h] for h in hosts])
 
 
 def transport(group=None) -> str:
