@@ -197,9 +197,9 @@ def test_an_nki_op_is_priced_by_its_kernels_instruction_model():
 
 def test_the_held_out_published_rows_are_within_the_stated_error():
     """benchmarks/cost_model_vs_aws.py holds every third published row out of the fit of the
-    latency constants; the 8B TTFT row (held out, and the fast one to rebuild) stays within the
-    factor of 2.5 the README states for held-out rows, its TPOT (a training row) within ±25%, and
-    the fitted constants are the table's own (no per-row term)."""
+    latency constants; the 8B configuration (held out, and the fast one to rebuild) keeps its TTFT
+    within the factor of 2.5 and its TPOT within the ±50% the README states, and the fitted
+    constants are the table's own (no per-row term)."""
     import importlib.util
     import pathlib
 
@@ -208,14 +208,14 @@ def test_the_held_out_published_rows_are_within_the_stated_error():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     held = [row[:2] for i, row in enumerate(bench.PUBLISHED) if i % 3 == 2]
-    assert ("8B", "TTFT") in held
+    assert ("8B", "TTFT") in held and ("8B", "TPOT") in held
     bench.PUBLISHED[:] = [row for row in bench.PUBLISHED if row[0] == "8B"]
     est = bench.estimates()
     got = {r[4]: r for r in bench.rows(est)}
     label, pub, ms = got["TTFT"][:3]
     assert abs(math.log(ms / pub)) <= math.log(2.5), (label, ms, pub)
     label, pub, ms = got["TPOT"][:3]
-    assert abs(ms / pub - 1) <= 0.25, (label, ms, pub)
+    assert abs(ms / pub - 1) <= 0.5, (label, ms, pub)
     table = {k: cost_constants.value("trn2", k) for k in bench.FITTED}
     prompt_ms, counts = est["8B"][:2]
     assert bench._repriced(prompt_ms, counts, table) == pytest.approx(prompt_ms)
