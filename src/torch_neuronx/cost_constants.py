@@ -41,15 +41,15 @@ CHIPS_PER_INSTANCE = 16
 
 CONSTANTS = {
     "trn2": {
-        "kernel_launch_us": Constant(0.0, "µs per op", "fitted",
-                                     "an op's instruction-stream start beside its DMA descriptor; the fit finds "
-                                     "the descriptor's 1.3 µs covers it"),
+        "kernel_launch_us": Constant(1.0, "µs per op", "fitted",
+                                     "an op's instruction-stream start beside its DMA descriptor; with the "
+                                     "per-step overhead at 0 it carries each execution's fixed cost per op"),
         "dma_fixed_us": Constant(_nki_dma_fixed_us("trn2"), "µs per op", "nki",
                                  "a DMA descriptor's start-up (nki/_profile.py dma_fixed_ns, NKI DMA guide)"),
-        "step_overhead_us": Constant(9750.0, "µs per forward step", "fitted",
+        "step_overhead_us": Constant(0.0, "µs per forward step", "fitted",
                                      "the runtime's and the server's fixed cost per model execution (NEFF "
                                      "launch, input copies, sampling, vLLM's scheduling)"),
-        "request_overhead_us": Constant(13000.0, "µs per served request", "fitted",
+        "request_overhead_us": Constant(32500.0, "µs per served request", "fitted",
                                         "a served request's admission before its first step (HTTP, "
                                         "tokenization, scheduling): in a published TTFT, not in TPOT"),
         "chip_fabric_bytes_per_s": Constant(2.9e12, "bytes/s per chip", "doc",
@@ -61,7 +61,7 @@ CONSTANTS = {
         "neuronlink_ring_bytes_per_s": Constant(85e9, "bytes/s per rank", "fitted",
                                                 "the bus bandwidth a collective's ring achieves over the torus: "
                                                 "at most one link one way (1.28 TB/s over 4 links x 2 ways = "
-                                                "160 GB/s); fitted to the TP=64 prefill rows"),
+                                                "160 GB/s); fitted with the other three to the 12 training rows"),
         "efa_bytes_per_s": Constant(3.2e12 / 8, "bytes/s per instance", "doc",
                                     "3.2 Tbps EFAv3 per trn2.48xlarge: " + TRN2_INSTANCE),
         "chip_hop_us": Constant(0.5, "µs per algorithm step", "assumed",

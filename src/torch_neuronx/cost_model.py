@@ -315,6 +315,11 @@ class _Recorder(TorchDispatchMode):
                                tensors_in, tensors_out, _group_size(args, self.ranks))
         if name == "embedding":  # a gather: it reads the rows it returns, not the whole table
             tensors_in = tensors_in[1:]
+        if name in ("_grouped_mm", "_scaled_grouped_mm") and tensors_in[0].dim() == 2 and tensors_in[1].dim() == 3:
+            # MoE experts: M routed rows reach at most M of the G stacked experts, and an expert no row
+            # reaches is never read (a decode token reads its top-k experts, not all G)
+            a, b = tensors_in[0], tensors_in[1]
+            tensors_in = [a, b.narrow(0, 0, min(b.shape[0], a.shape[0])), *tensors_in[2:]]
         if func.overloadpacket.__name__ in _IN_PLACE_WRITES:  # a KV-cache write: the rows written, not the cache
             tensors_in, tensors_out = tensors_in[1:], tensors_in[-1:]
         flops = _flops(func, args, kwargs, out)
