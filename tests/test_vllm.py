@@ -530,3 +530,25 @@ def test_serve_sigterm_ends_open_streams(models, tmp_path):
         assert error is None and done and count == new_tokens, (ends, log)
     assert max(end[3] for end in ends) - signalled < 60
     assert exit_code in (0, -signal.SIGTERM), log
+
+
+def test_vllm_bench_serve_completes_every_request(server, models, tmp_path):
+    """vLLM's own load client, `vllm bench serve` (random dataset, every request at once), against
+    the neuron server: every request completes with its full output, nothing fails."""
+    n, input_len, output_len = 16, 32, 16
+    model = httpx.get(server + "/v1/models", timeout=30).json()["data"][0]["id"]
+    proc = subprocess.run(
+        [*_vllm_cli(), "bench", "serve", "--backend", "vllm", "--base-url", server, "--model", model,
+         "--tokenizer", models["llama"], "--dataset-name", "random", "--random-input-len", str(input_len),
+         "--random-output-len", str(output_len), "--num-prompts", str(n), "--request-rate", "inf", "--ignore-eos",
+         "--seed", "0", "--disable-tqdm", "--save-result", "--result-dir", str(tmp_path),
+         "--result-filename", "bench.json"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"},
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((tmp_path / "bench.json").read_text())
+    assert result["completed"] == n and result["failed"] == 0, proc.stdout[-3000:]
+    assert result["total_output_tokens"] == n * output_len  # --ignore-eos: every request its full length
+    assert result["total_input_tokens"] >= n * (input_len // 2)
+    assert result["output_throughput"] > 0 and result["mean_ttft_ms"] > 0
