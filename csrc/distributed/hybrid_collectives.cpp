@@ -23,57 +23,41 @@ c10d::ReduceOp between_hosts(const Reduction& r) {
   return c10d::ReduceOp(summed ? c10d::ReduceOp::SUM : r.op);
 }
 
-// Pipelined chunks of a hierarchical all_reduce: large enough that gloo's per-call cost stays
+// Pipelined chunks of a hierarchical collective: large enough that gloo's per-call cost stays
 // small beside a chunk's transfer over a network (a 4 MiB all_reduce ran at 0.8 GB/s over the
 // test's veth, near the largest sizes' rate), small enough that a 16 MiB buffer has 4.
 constexpr size_t kChunkBytes = size_t{4} << 20;
 
-}  // namespace
-
-size_t HostLayout::widest() const {
-  size_t w = 0;
-  for (const auto& h : ranks) w = std::max(w, h.size());
-  return w;
+// Byte range [lo, lo + n) of a piece (clamped to it).
+Piece sub(const Piece& p, uint64_t lo, uint64_t n) {
+  Piece q = p;
+  q.bytes = lo >= p.bytes ? 0 : std::min(n, p.bytes - lo);
+  if (q.bytes) q.at.offset += lo;
+  return q;
 }
 
-void hybrid_allreduce(ShmGroup& g, c10d::Backend* leaders, const Piece& mine_all, int64_t numel, c10::ScalarType dtype,
-                      const Reduction& r, const std::string& sig, const char* what) {
-  const size_t es = c10::elementSize(dtype);
-  const int64_t per_chunk = std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / es));
-  const int64_t chunks = std::max<int64_t>(1, (numel + per_chunk - 1) / per_chunk);
-  auto chunk = [&](int64_t k) {
-    Piece p = mine_all;
-    const int64_t lo = k * per_chunk, n = std::min(numel, lo + per_chunk) - lo;
-    p.at.offset += static_cast<uint64_t>(lo) * es;
-    p.bytes = static_cast<uint64_t>(std::max<int64_t>(n, 0)) * es;
-    return std::make_pair(p, n);
-  };
-  // Every rank runs the same rounds inside the host: reduce k, then hand out k - 1 (whose
-  // exchange between hosts the leader started after reducing it).
+// Runs `chunks` steps of a hierarchical collective so that the leaders' exchange of step k (on
+// gloo's own threads) overlaps the work inside the host on step k + 1 and the hand-out of k - 1.
+// Every rank runs the same rounds inside the host, in the order inside(k), hand_out(k - 1).
+// `start(k)` runs on the leader only and returns the exchange it started (or null).
+template <class Inside, class Start, class HandOut>
+void pipelined(int64_t chunks, bool leader, Inside inside, Start start, HandOut hand_out) {
   c10::intrusive_ptr<c10d::Work> exchanging;
-  auto hand_out = [&](int64_t k) {
+  auto finish = [&](int64_t k) {
     if (exchanging) exchanging->wait();
     exchanging.reset();
-    shm_broadcast(g, {chunk(k).first}, 0, sig, what);
+    hand_out(k);
   };
   try {
     for (int64_t k = 0; k < chunks; ++k) {
-      const auto [p, n] = chunk(k);
-      shm_reduce(g, what, p, n, dtype, r, sig, 0);
-      c10::intrusive_ptr<c10d::Work> started;
-      if (leaders != nullptr && n > 0) {
-        // gloo reads and writes the device memory in place: it is host memory on the software core.
-        Tensors c{at::from_blob(mine(g, p), {n}, at::TensorOptions().dtype(dtype))};
-        c10d::AllreduceOptions o;
-        o.reduceOp = between_hosts(r);
-        started = leaders->allreduce(c, o);
-      }
-      if (k > 0) hand_out(k - 1);
+      inside(k);
+      c10::intrusive_ptr<c10d::Work> started = leader ? start(k) : nullptr;
+      if (k > 0) finish(k - 1);
       exchanging = started;
     }
-    hand_out(chunks - 1);
+    finish(chunks - 1);
   } catch (...) {
-    // The task must not end while gloo may still write into the tensor's memory; gloo's own
+    // The task must not end while gloo may still write into the tensors' memory; gloo's own
     // timeout (the leaders' share of the group's) bounds this wait.
     if (exchanging) {
       try {
@@ -85,31 +69,86 @@ void hybrid_allreduce(ShmGroup& g, c10d::Backend* leaders, const Piece& mine_all
   }
 }
 
+}  // namespace
+
+size_t HostLayout::widest() const {
+  size_t w = 0;
+  for (const auto& h : ranks) w = std::max(w, h.size());
+  return w;
+}
+
+void hybrid_allreduce(ShmGroup& g, c10d::Backend* leaders, const Piece& mine_all, int64_t numel, c10::ScalarType dtype,
+                      const Reduction& r, const std::string& sig, const char* what) {
+  const uint64_t es = c10::elementSize(dtype);
+  const uint64_t per_chunk = std::max<uint64_t>(1, kChunkBytes / es);  // elements
+  const int64_t chunks = std::max<int64_t>(1, (numel + per_chunk - 1) / per_chunk);
+  auto chunk = [&](int64_t k) { return sub(mine_all, k * per_chunk * es, per_chunk * es); };
+  pipelined(
+      chunks, leaders != nullptr,
+      [&](int64_t k) { shm_reduce(g, what, chunk(k), chunk(k).bytes / es, dtype, r, sig, 0); },
+      [&](int64_t k) -> c10::intrusive_ptr<c10d::Work> {
+        const Piece p = chunk(k);
+        if (p.bytes == 0) return nullptr;
+        // gloo reads and writes the device memory in place: it is host memory on the software core.
+        Tensors c{at::from_blob(mine(g, p), {static_cast<int64_t>(p.bytes / es)}, at::TensorOptions().dtype(dtype))};
+        c10d::AllreduceOptions o;
+        o.reduceOp = between_hosts(r);
+        return leaders->allreduce(c, o);
+      },
+      [&](int64_t k) { shm_broadcast(g, {chunk(k)}, 0, sig, what); });
+}
+
 void hybrid_allgather(ShmGroup& g, c10d::Backend* leaders, const HostLayout& hosts, const Piece& in,
                       const std::vector<Piece>& outs, const std::string& sig, const char* what) {
   const auto& here = hosts.ranks[hosts.host];
-  std::vector<Piece> gathered;  // the leader's outputs for its own host's ranks
-  if (g.rank() == 0) {
-    for (int r : here) gathered.push_back(outs[r]);
-  }
-  shm_gather(g, what, in, gathered, sig);
-  const size_t bytes = in.bytes;
-  if (leaders != nullptr && bytes > 0) {
-    // Bytes, not elements: gloo's all_gather then takes every dtype the group does.
-    const int64_t slot = static_cast<int64_t>(bytes);
-    const at::Tensor send = at::zeros({slot * static_cast<int64_t>(hosts.widest())}, at::kByte);
-    for (size_t i = 0; i < here.size(); ++i) std::memcpy(bytes_of(send) + i * bytes, mine(g, outs[here[i]]), bytes);
-    std::vector<Tensors> recv(1);
-    for (size_t h = 0; h < hosts.ranks.size(); ++h) recv[0].push_back(at::empty_like(send));
-    Tensors sends{send};
-    leaders->allgather(recv, sends)->wait();
-    for (size_t h = 0; h < hosts.ranks.size(); ++h) {
-      if (static_cast<int>(h) == hosts.host) continue;
-      for (size_t i = 0; i < hosts.ranks[h].size(); ++i)
-        std::memcpy(mine(g, outs[hosts.ranks[h][i]]), bytes_of(recv[0][h]) + i * bytes, bytes);
-    }
-  }
-  shm_broadcast(g, outs, 0, sig, what);
+  const uint64_t bytes = in.bytes;
+  // A chunk is the same byte range of every rank's piece; the leaders exchange one per host.
+  const uint64_t per_chunk = std::max<uint64_t>(1, kChunkBytes / hosts.widest());
+  const int64_t chunks = std::max<int64_t>(1, (bytes + per_chunk - 1) / per_chunk);
+  auto outs_of = [&](int64_t k) {
+    std::vector<Piece> o;
+    for (const auto& p : outs) o.push_back(sub(p, k * per_chunk, per_chunk));
+    return o;
+  };
+  // Bytes, not elements: gloo's all_gather then takes every dtype the group does. Two exchanges
+  // are in flight at most (k and k - 1), each with its own buffers.
+  std::vector<Tensors> recv[2];
+  pipelined(
+      chunks, leaders != nullptr,
+      [&](int64_t k) {
+        std::vector<Piece> gathered;  // the leader's outputs for its own host's ranks
+        const std::vector<Piece> o = outs_of(k);
+        if (g.rank() == 0) {
+          for (int r : here) gathered.push_back(o[r]);
+        }
+        shm_gather(g, what, sub(in, k * per_chunk, per_chunk), gathered, sig);
+      },
+      [&](int64_t k) -> c10::intrusive_ptr<c10d::Work> {
+        const std::vector<Piece> o = outs_of(k);
+        const uint64_t n = o[here[0]].bytes;
+        if (n == 0) return nullptr;
+        const at::Tensor send = at::zeros({static_cast<int64_t>(n * hosts.widest())}, at::kByte);
+        for (size_t i = 0; i < here.size(); ++i) std::memcpy(bytes_of(send) + i * n, mine(g, o[here[i]]), n);
+        auto& into = recv[k % 2];
+        into.assign(1, {});
+        for (size_t h = 0; h < hosts.ranks.size(); ++h) into[0].push_back(at::empty_like(send));
+        Tensors sends{send};
+        return leaders->allgather(into, sends);
+      },
+      [&](int64_t k) {
+        const std::vector<Piece> o = outs_of(k);
+        const auto& got = recv[k % 2];
+        if (g.rank() == 0 && !got.empty()) {
+          const uint64_t n = o[here[0]].bytes;
+          for (size_t h = 0; h < hosts.ranks.size(); ++h) {
+            if (static_cast<int>(h) == hosts.host) continue;
+            for (size_t i = 0; i < hosts.ranks[h].size(); ++i)
+              std::memcpy(mine(g, o[hosts.ranks[h][i]]), bytes_of(got[0][h]) + i * n, n);
+          }
+        }
+        recv[k % 2].clear();
+        shm_broadcast(g, o, 0, sig, what);
+      });
 }
 
 void hybrid_reduce_scatter(ShmGroup& g, c10d::Backend* leaders, const HostLayout& hosts, const Piece& in,

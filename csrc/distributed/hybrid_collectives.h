@@ -29,6 +29,7 @@ void hybrid_allreduce(neuronrt::ShmGroup& g, c10d::Backend* leaders, const Piece
                       c10::ScalarType dtype, const Reduction& r, const std::string& sig, const char* what);
 
 // Group rank r's `in` lands in outs[r] of every rank. `leaders` is null except on a host's leader.
+// Pipelined as all_reduce is, in chunks of the same byte range of every rank's piece.
 void hybrid_allgather(neuronrt::ShmGroup& g, c10d::Backend* leaders, const HostLayout& hosts, const Piece& in,
                       const std::vector<Piece>& outs, const std::string& sig, const char* what);
 

@@ -83,10 +83,12 @@ def gather_and_scatter(ctx, check):
 
             def each(shape, tag):
                 return [contrib(name + tag, r, shape, dtype) for r in members]
-            x = contrib(name, ctx.rank, (40_000,), dtype).to(ctx.device)  # larger than a round's buffer
-            out = torch.empty(n * 40_000, dtype=dtype, device=ctx.device)
+            # 2-10 pipelined chunks per rank's piece, the last one partial
+            big = 1_200_000
+            x = contrib(name, ctx.rank, (big,), dtype).to(ctx.device)
+            out = torch.empty(n * big, dtype=dtype, device=ctx.device)
             dist.all_gather_into_tensor(out, x, group=g)
-            check.true(f"all_gather_into_tensor {label}", torch.equal(out.cpu(), torch.cat(each((40_000,), ""))))
+            check.true(f"all_gather_into_tensor {label}", torch.equal(out.cpu(), torch.cat(each((big,), ""))))
             outs = [torch.empty(3, 2, dtype=dtype, device=ctx.device) for _ in members]
             dist.all_gather(outs, contrib(name + "l", ctx.rank, (3, 2), dtype).to(ctx.device), group=g)
             check.true(f"all_gather {label}",
