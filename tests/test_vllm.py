@@ -179,10 +179,6 @@ def more_archs(models, request):
     return out
 
 
-# Log-probability tolerances where vLLM's model computes something else than HF's (default 1e-4).
-LOGPROB_ATOL = {}
-
-
 @pytest.mark.parametrize("name", vllm_models.MORE_ARCHS)
 def test_greedy_batch_of_more_architectures_equals_hf_cpu(models, more_archs, name):
     """As test_greedy_batch_equals_hf_cpu, for the other architectures vLLM implements (Falcon in
@@ -192,8 +188,9 @@ def test_greedy_batch_of_more_architectures_equals_hf_cpu(models, more_archs, na
     assert out["device"] == "neuron"
     expected, expected_logprobs = hf_greedy(models[name], PROMPTS, logprobs=True)
     assert out["tokens"] == expected
+    # Measured at most 1e-5 apart (Nemotron 9.4e-6, most 5e-7 to 6e-6): the same float32 maths.
     diff = (torch.tensor(out["logprobs"]) - torch.tensor(expected_logprobs)).abs().max().item()
-    assert diff <= LOGPROB_ATOL.get(name, 1e-4), diff
+    assert diff <= 1e-4, diff
     assert out["ops"] > 0
     assert out["copy"] == {} and out["sync"] == {}
 

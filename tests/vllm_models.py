@@ -67,8 +67,9 @@ def configs(tokenizer) -> dict:
         "olmo2": T.Olmo2Config(**common, **wide),
         "opt": T.OPTConfig(vocab_size=vocab, hidden_size=128, ffn_dim=256, num_hidden_layers=2, num_attention_heads=4,
                            word_embed_proj_dim=128, max_position_embeddings=256, init_std=0.2, **ids),
-        # vLLM's Phi has as many KV heads as query heads.
-        "phi": T.PhiConfig(**{**common, "num_key_value_heads": 4}, **wide),
+        # vLLM's Phi has as many KV heads as query heads and an MLP 4 * hidden wide (it reads
+        # n_inner, which PhiConfig lacks, not intermediate_size).
+        "phi": T.PhiConfig(**{**common, "num_key_value_heads": 4, "intermediate_size": 512}, **wide),
         "phi3": T.Phi3Config(**common, **wide),
         "qwen3": T.Qwen3Config(**common, head_dim=32, **wide),
         "stablelm": T.StableLmConfig(**common, **wide),
