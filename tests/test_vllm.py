@@ -82,6 +82,13 @@ def logprobs(outputs):
 
 def result(value):
     print("RESULT " + json.dumps(value), flush=True)
+
+def counted(llm):  # the engine's device, and the copies, syncs and async ops since reset_op_counts()
+    counts = torch_neuronx.op_counts()
+    return {"device": str(llm.llm_engine.vllm_config.device_config.device),
+            "copy": {op: c["copy"] for op, c in counts.items() if c["copy"]},
+            "sync": {op: c["sync"] for op, c in counts.items() if c["sync"]},
+            "ops": sum(c["async"] for c in counts.values())}
 """
 
 
@@ -105,11 +112,7 @@ def test_greedy_batch_equals_hf_cpu(models, name):
         llm = engine({models[name]!r})
         torch_neuronx.reset_op_counts()
         outputs = llm.generate({PROMPTS!r}, greedy({NEW_TOKENS}))
-        counts = torch_neuronx.op_counts()
-        result({{"tokens": tokens(outputs), "device": str(llm.llm_engine.vllm_config.device_config.device),
-                 "copy": {{op: c["copy"] for op, c in counts.items() if c["copy"]}},
-                 "sync": {{op: c["sync"] for op, c in counts.items() if c["sync"]}},
-                 "ops": sum(c["async"] for c in counts.values())}})
+        result({{"tokens": tokens(outputs), **counted(llm)}})
     """)
     assert out["device"] == "neuron"
     assert out["tokens"] == hf_greedy(models[name], PROMPTS)
@@ -157,12 +160,7 @@ def more_archs(models, request):
                 torch_neuronx.reset_op_counts()
                 outputs = llm.generate({PROMPTS!r}, SamplingParams(max_tokens={NEW_TOKENS}, min_tokens={NEW_TOKENS},
                                                                    temperature=0.0, logprobs=0))
-                counts = torch_neuronx.op_counts()
-                out[name] = {{"tokens": tokens(outputs), "logprobs": logprobs(outputs),
-                              "device": str(llm.llm_engine.vllm_config.device_config.device),
-                              "copy": {{op: c["copy"] for op, c in counts.items() if c["copy"]}},
-                              "sync": {{op: c["sync"] for op, c in counts.items() if c["sync"]}},
-                              "ops": sum(c["async"] for c in counts.values())}}
+                out[name] = {{"tokens": tokens(outputs), "logprobs": logprobs(outputs), **counted(llm)}}
             except Exception:
                 out[name] = {{"error": traceback.format_exc()[-4000:]}}
             finally:

@@ -88,11 +88,6 @@ at::Tensor to_host(const at::Tensor& t) {
 
 void from_host(const at::Tensor& t, const at::Tensor& c) { std::memcpy(t.data_ptr(), c.data_ptr(), nbytes(t)); }
 
-// gloo sums; AVG and PREMUL_SUM scale around the sum.
-c10d::ReduceOp host_op(const Reduction& r) {
-  const bool sum = r.op == c10d::ReduceOp::AVG || r.op == c10d::ReduceOp::PREMUL_SUM;
-  return c10d::ReduceOp(sum ? c10d::ReduceOp::SUM : r.op);
-}
 void host_pre(at::Tensor& c, const Reduction& r) {
   if (r.op == c10d::ReduceOp::PREMUL_SUM) c.mul_(r.premul);
 }
@@ -107,11 +102,11 @@ void host_reduce(c10d::Backend& h, const at::Tensor& t, const Reduction& r, int 
   host_pre(c[0], r);
   if (root < 0) {
     c10d::AllreduceOptions o;
-    o.reduceOp = host_op(r);
+    o.reduceOp = gloo_op(r);
     h.allreduce(c, o)->wait();
   } else {
     c10d::ReduceOptions o;
-    o.reduceOp = host_op(r);
+    o.reduceOp = gloo_op(r);
     o.rootRank = root;
     h.reduce(c, o)->wait();
   }
@@ -125,7 +120,7 @@ void host_reduce_scatter(c10d::Backend& h, Tensors ins, const at::Tensor& out, c
   std::vector<Tensors> c{std::move(ins)};
   Tensors co{to_host(out)};
   c10d::ReduceScatterOptions o;
-  o.reduceOp = host_op(r);
+  o.reduceOp = gloo_op(r);
   h.reduce_scatter(co, c, o)->wait();
   host_post(co[0], r);
   from_host(out, co[0]);

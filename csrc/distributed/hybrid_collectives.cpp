@@ -17,12 +17,6 @@ uint8_t* mine(ShmGroup& g, const Piece& p) { return g.peer(g.rank(), p.at); }
 
 uint8_t* bytes_of(const at::Tensor& t) { return static_cast<uint8_t*>(t.data_ptr()); }
 
-// AVG and PREMUL_SUM are applied inside the host; between hosts they are sums.
-c10d::ReduceOp between_hosts(const Reduction& r) {
-  const bool summed = r.op == c10d::ReduceOp::AVG || r.op == c10d::ReduceOp::PREMUL_SUM;
-  return c10d::ReduceOp(summed ? c10d::ReduceOp::SUM : r.op);
-}
-
 // Pipelined chunks of a hierarchical collective: large enough that gloo's per-call cost stays
 // small beside a chunk's transfer over a network (a 4 MiB all_reduce ran at 0.8 GB/s over the
 // test's veth, near the largest sizes' rate), small enough that a 16 MiB buffer has 4.
@@ -92,7 +86,7 @@ void hybrid_allreduce(ShmGroup& g, c10d::Backend* leaders, const Piece& mine_all
         // gloo reads and writes the device memory in place: it is host memory on the software core.
         Tensors c{at::from_blob(mine(g, p), {static_cast<int64_t>(p.bytes / es)}, at::TensorOptions().dtype(dtype))};
         c10d::AllreduceOptions o;
-        o.reduceOp = between_hosts(r);
+        o.reduceOp = gloo_op(r);
         return leaders->allreduce(c, o);
       },
       [&](int64_t k) { shm_broadcast(g, {chunk(k)}, 0, sig, what); });
@@ -177,7 +171,7 @@ void hybrid_reduce_scatter(ShmGroup& g, c10d::Backend* leaders, const HostLayout
       }
       Tensors result{at::empty({n}, at::TensorOptions().dtype(dtype))};
       c10d::ReduceScatterOptions o;
-      o.reduceOp = between_hosts(r);
+      o.reduceOp = gloo_op(r);
       leaders->reduce_scatter(result, ins, o)->wait();
       for (size_t i = 0; i < here.size(); ++i)
         std::memcpy(mine(g, blocks[here[i]]), bytes_of(result[0]) + i * bytes, bytes);

@@ -100,6 +100,11 @@ void reduce_bool(void* const* outs, int nouts, const void* const* src, int n, in
 
 }  // namespace
 
+c10d::ReduceOp gloo_op(const Reduction& r) {
+  const bool summed = r.op == c10d::ReduceOp::AVG || r.op == c10d::ReduceOp::PREMUL_SUM;
+  return c10d::ReduceOp(summed ? c10d::ReduceOp::SUM : r.op);
+}
+
 std::string reduction_name(const Reduction& r) {
   switch (r.op) {
     case Op::SUM:

@@ -20,6 +20,10 @@ struct Reduction {
 Reduction make_reduction(const c10d::ReduceOp& op, c10::ScalarType dtype, int ranks, const char* collective);
 std::string reduction_name(const Reduction& r);
 
+// The op gloo runs for `r`: AVG and PREMUL_SUM are sums there, their scaling applied around it
+// (the host transport) or inside the host (the hierarchical collectives).
+c10d::ReduceOp gloo_op(const Reduction& r);
+
 // outs[k][i] = src[0][i] op src[1][i] op ... op src[n-1][i], in that order, for every output k
 // (a collective writes the result into every rank's tensor at once); outputs may be sources.
 // 16-bit floats accumulate in float32.
