@@ -14,6 +14,7 @@
 #include "exec/device_check.h"
 #include "exec/executor.h"
 #include "exec/tensor_desc.h"
+#include "nki/step_direct.h"
 #include "nki/step_math.h"
 #include "pipeline/op_record.h"
 
@@ -117,7 +118,7 @@ class Memory {
         v = v.narrow(d, v.size(d) - 1, 1);
       }
     }
-    dst.copy_(v);
+    if (!direct::copy(dst, v)) dst.copy_(v);
   }
 
  private:
@@ -196,6 +197,26 @@ class Threads {
   int saved_ = 1;
 };
 
+// The tracer's flag (nki/_trace.py _apart): the step's destination is apart from its inputs.
+bool direct_flag(const Step& s, size_t at) { return s.i.size() > at && s.i[at] != 0; }
+
+bool same_view(const Operand& a, const Operand& b) {
+  return a.space == b.space && a.index == b.index && a.dtype == b.dtype && a.byte_offset == b.byte_offset &&
+         a.sizes == b.sizes && a.strides == b.strides;
+}
+
+// `t` as [P, n] rows whose elements are adjacent (a view of the same memory), or undefined.
+at::Tensor dense_rows(const at::Tensor& t) {
+  if (t.dim() == 0) return {};
+  int64_t n = 1;
+  for (int64_t d = t.dim() - 1; d >= 1; --d) {
+    if (t.size(d) != 1 && t.stride(d) != n) return {};
+    n *= t.size(d);
+  }
+  if (t.size(0) > 1 && t.stride(0) < n) return {};
+  return t.as_strided({t.size(0), n}, {t.stride(0), 1});
+}
+
 at::Tensor operand_or_scalar(Memory& mem, const Step& s, size_t which, bool scalar, double value, bool integral) {
   if (scalar) return integral ? at::scalar_tensor(static_cast<int64_t>(value), at::kLong) : at::scalar_tensor(value);
   at::Tensor t = mem.view(s.operands.at(which));
@@ -223,8 +244,19 @@ void execute(Memory& mem, const Step& s, int team) {
       mem.view(o[0]).fill_(s.f[0]);
       return;
     case kActivate: {
-      // One fp32 working copy, scaled, biased and activated in place.
-      at::Tensor x = mem.view(o[1]).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+      // One fp32 working copy, scaled, biased and activated in place: the destination itself where
+      // it is an fp32 tile of the data's shape apart from the scale and bias operands.
+      at::Tensor x;
+      bool in_place = false;
+      if (direct_flag(s, 3) && o[0].space != kReg && o[0].dtype == at::kFloat) {
+        at::Tensor dst = mem.view(o[0]), src = mem.view(o[1]);
+        if (src.sizes().equals(dst.sizes()) && direct::writable(dst)) {
+          if (!same_view(o[0], o[1])) dst.copy_(src);
+          x = dst;
+          in_place = true;
+        }
+      }
+      if (!x.defined()) x = mem.view(o[1]).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
       size_t next = 2;
       if (s.i[1])
         x.mul_(mem.view(o[next++]));
@@ -234,7 +266,12 @@ void execute(Memory& mem, const Step& s, int team) {
         x.add_(mem.view(o[next++]));
       else if (s.f[1] != 0.0)
         x.add_(s.f[1]);
-      mem.write(o[0], activate(s.i[0], x));
+      at::Tensor r = activate(s.i[0], x);
+      if (!in_place) {
+        mem.write(o[0], r);
+      } else if (!r.is_same(x)) {
+        x.copy_(r);
+      }
       return;
     }
     case kBinary: {
@@ -242,6 +279,11 @@ void execute(Memory& mem, const Step& s, int team) {
       const bool a_scalar = s.i[1] != 0, b_scalar = s.i[2] != 0;
       const bool integral = s.i[3] != 0;
       size_t next = 1;
+      if (direct_flag(s, 4) && !integral && o[0].space != kReg) {
+        const at::Tensor da = a_scalar ? at::scalar_tensor(s.f[0], at::kFloat) : mem.view(o[next]);
+        const at::Tensor db = b_scalar ? at::scalar_tensor(s.f[1], at::kFloat) : mem.view(o[a_scalar ? 1 : 2]);
+        if (direct::binary(s.i[0], mem.view(o[0]), da, db)) return;
+      }
       const at::Tensor a = operand_or_scalar(mem, s, a_scalar ? 0 : next++, a_scalar, s.f[0], integral);
       at::Tensor b = operand_or_scalar(mem, s, b_scalar ? 0 : next++, b_scalar, s.f[1], integral);
       // Two tiles of one size whose free dims are shaped apart meet element by element, in order.
@@ -327,7 +369,10 @@ void execute(Memory& mem, const Step& s, int team) {
     }
     case kScan: {
       const at::Tensor init = s.i[4] ? mem.view(o[3]) : at::scalar_tensor(s.f[0], at::kFloat);
-      mem.write(o[0], scan(mem.view(o[1]), mem.view(o[2]), init, s));
+      at::Tensor rows;
+      if (direct_flag(s, 5) && o[0].space != kReg && o[0].dtype == at::kFloat) rows = dense_rows(mem.view(o[0]));
+      const at::Tensor r = scan(mem.view(o[1]), mem.view(o[2]), init, s, rows);
+      if (!rows.defined()) mem.write(o[0], r);
       return;
     }
     case kFindIndex8: {
@@ -444,7 +489,9 @@ void Program::run(const std::vector<at::Tensor>& hbm) const {
   const Threads one(1);
   Memory mem(hbm, constants_, sbuf_row_, psum_row_, registers_);
   for (const Step& s : steps_) {
-    const bool big = s.op != kMatmul && !s.operands.empty() && numel(s.operands[0]) >= kTeamElements;
+    // A scan's loop costs several times a copy's per element: its team pays off on smaller tiles.
+    const int64_t team_at = s.op == kScan ? kTeamElements / 8 : kTeamElements;
+    const bool big = s.op != kMatmul && !s.operands.empty() && numel(s.operands[0]) >= team_at;
     const Threads threads(big ? one.saved() : 1);
     execute(mem, s, one.saved());
   }

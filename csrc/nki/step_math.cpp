@@ -1,6 +1,7 @@
 #include "nki/step_math.h"
 
 #include <ATen/Functions.h>
+#include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
 
 #include <algorithm>
@@ -232,48 +233,76 @@ at::Tensor fp32_rows(const at::Tensor& t) {
   return r;
 }
 
+namespace {
+
+struct ScanRows {
+  const float *a, *b, *init;
+  float* out;
+  int64_t sa, sb, so, n;
+};
+
+// The linear recurrence acc = x·acc + y (cumsum, mamba's state; both ops commute exactly, so
+// reverse0/1 change nothing) over `lanes` partitions from p0 at once, each step's multiply-add
+// chain overlapping the others', where one partition alone waits on its own latency. Lanes > 0:
+// exactly that many, a count the compiler unrolls with the accumulators in registers.
+template <int64_t Lanes>
+void linear_rows(const ScanRows& r, int64_t p0, int64_t lanes) {
+  constexpr int64_t kMax = Lanes > 0 ? Lanes : 8;
+  const int64_t count = Lanes > 0 ? Lanes : lanes;
+  float acc[kMax];
+  for (int64_t k = 0; k < count; ++k) acc[k] = r.init[p0 + k];
+  for (int64_t j = 0; j < r.n; ++j) {
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t p = p0 + k;
+      acc[k] = r.a[p * r.sa + j] * acc[k] + r.b[p * r.sb + j];
+      r.out[p * r.so + j] = acc[k];
+    }
+  }
+}
+
+}  // namespace
+
 // A scan is a recurrence along each partition's free elements: no whole-tile ATen op computes it
 // for an arbitrary op pair, so it is the one step that loops over elements (partitions outer, as
-// the Vector Engine streams each partition's row). The result goes to a fresh tensor, so a dst
-// that overlaps data0/data1 reads nothing already overwritten.
-at::Tensor scan(const at::Tensor& data0, const at::Tensor& data1, const at::Tensor& initial, const Step& s) {
+// the Vector Engine streams each partition's row). It writes `out` ([P, n] fp32 rows, each row
+// dense) where the caller has one apart from the inputs, else a fresh tensor, so a dst that
+// overlaps data0/data1 reads nothing already overwritten. Partitions are independent: a team
+// (the caller's OpenMP setting) takes blocks of them.
+at::Tensor scan(const at::Tensor& data0, const at::Tensor& data1, const at::Tensor& initial, const Step& s,
+                at::Tensor out) {
   // A one-row operand (a constant of the lowering) serves every partition.
   const at::Tensor a = fp32_rows(data0), b = fp32_rows(data1);
   const int64_t parts = std::max(a.size(0), b.size(0)), n = a.size(1), op0 = s.i[0], op1 = s.i[1];
-  const int64_t sa = a.size(0) == 1 ? 0 : a.stride(0), sb = b.size(0) == 1 ? 0 : b.stride(0);
   const at::Tensor init = initial.reshape({-1}).to(at::kFloat).expand({parts}).contiguous();
-  at::Tensor out = at::empty({parts, n}, at::kFloat);
-  const bool rev0 = s.i[2] != 0, rev1 = s.i[3] != 0;
-  const float *pa = a.const_data_ptr<float>(), *pb = b.const_data_ptr<float>(), *pi = init.const_data_ptr<float>();
-  float* po = out.mutable_data_ptr<float>();
-  if (op0 == 2 && op1 == 0) {
-    // The linear recurrence acc = x·acc + y (cumsum, mamba's state; both ops commute exactly, so
-    // reverse0/1 change nothing): eight partitions at once, each step's multiply-add chain
-    // overlapping the other seven's, where one partition alone waits on its own latency.
-    constexpr int64_t kLanes = 8;
-    for (int64_t p0 = 0; p0 < parts; p0 += kLanes) {
+  if (!out.defined()) out = at::empty({parts, n}, at::kFloat);
+  const ScanRows rows{a.const_data_ptr<float>(),
+                      b.const_data_ptr<float>(),
+                      init.const_data_ptr<float>(),
+                      out.mutable_data_ptr<float>(),
+                      a.size(0) == 1 ? 0 : a.stride(0),
+                      b.size(0) == 1 ? 0 : b.stride(0),
+                      out.stride(0),
+                      n};
+  const bool rev0 = s.i[2] != 0, rev1 = s.i[3] != 0, linear = op0 == 2 && op1 == 0;
+  constexpr int64_t kLanes = 8;
+  at::parallel_for(0, (parts + kLanes - 1) / kLanes, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t p0 = begin * kLanes; p0 < std::min(parts, end * kLanes); p0 += kLanes) {
       const int64_t lanes = std::min(kLanes, parts - p0);
-      float acc[kLanes];
-      for (int64_t r = 0; r < lanes; ++r) acc[r] = pi[p0 + r];
-      for (int64_t j = 0; j < n; ++j) {
-        for (int64_t r = 0; r < lanes; ++r) {
-          const int64_t p = p0 + r;
-          acc[r] = pa[p * sa + j] * acc[r] + pb[p * sb + j];
-          po[p * n + j] = acc[r];
+      if (linear) {
+        lanes == kLanes ? linear_rows<kLanes>(rows, p0, lanes) : linear_rows<0>(rows, p0, lanes);
+        continue;
+      }
+      for (int64_t p = p0; p < p0 + lanes; ++p) {
+        float acc = rows.init[p];
+        for (int64_t j = 0; j < n; ++j) {
+          const float x = rows.a[p * rows.sa + j], y = rows.b[p * rows.sb + j];
+          const float t = rev0 ? alu(op0, acc, x) : alu(op0, x, acc);
+          acc = rev1 ? alu(op1, y, t) : alu(op1, t, y);
+          rows.out[p * rows.so + j] = acc;
         }
       }
     }
-    return out;
-  }
-  for (int64_t p = 0; p < parts; ++p) {
-    float acc = pi[p];
-    for (int64_t j = 0; j < n; ++j) {
-      const float x = pa[p * sa + j], y = pb[p * sb + j];
-      const float t = rev0 ? alu(op0, acc, x) : alu(op0, x, acc);
-      acc = rev1 ? alu(op1, y, t) : alu(op1, t, y);
-      po[p * n + j] = acc;
-    }
-  }
+  });
   return out;
 }
 

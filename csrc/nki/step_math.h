@@ -24,6 +24,8 @@ at::Tensor fp32(const at::Tensor& t);
 void matmul(const at::Tensor& dst, const at::Tensor& st, const at::Tensor& mv, bool accumulate);
 float alu(int64_t op, float a, float b);
 at::Tensor fp32_rows(const at::Tensor& t);
-at::Tensor scan(const at::Tensor& data0, const at::Tensor& data1, const at::Tensor& initial, const Step& s);
+// The scan's result, written to `out` ([P, n] fp32 rows, each dense) if defined, else to a fresh one.
+at::Tensor scan(const at::Tensor& data0, const at::Tensor& data1, const at::Tensor& initial, const Step& s,
+                at::Tensor out = {});
 
 }  // namespace torch_neuronx::nki::math

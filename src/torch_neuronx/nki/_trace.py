@@ -64,6 +64,43 @@ def _span(t: NkiTensor) -> tuple:
     return lo * t.dtype.itemsize, (hi + 1) * t.dtype.itemsize
 
 
+def _same_view(a: NkiTensor, b: NkiTensor) -> bool:
+    return (a.storage is b.storage and a.dtype == b.dtype and a.offset == b.offset and a.shape == b.shape
+            and a.strides == b.strides)
+
+
+def _apart(dst, inputs, same_ok) -> int:
+    """1 when a step may compute straight into its destination: every input view is elsewhere, or
+    (where `same_ok`) the destination's very view, read element for element before it is written.
+    Registers and constants are memory of their own; a view that moves at run time never qualifies."""
+    if not isinstance(dst, NkiTensor) or dst.dynamic is not None or dst.vector is not None:
+        return 0
+    lo, hi = _span(dst)
+    for i, t in enumerate(inputs):
+        if not isinstance(t, NkiTensor) or t.storage is not dst.storage:
+            continue
+        if t.dynamic is not None or t.vector is not None:
+            return 0
+        if same_ok[i] and _same_view(t, dst):
+            continue
+        a, b = _span(t)
+        if a < hi and lo < b:
+            return 0
+    return 1
+
+
+# Steps that compute into their destination when it is apart from their inputs take the flag last.
+_DIRECT = {ACTIVATE: lambda n: [True] + [False] * (n - 1), BINARY: lambda n: [True] * n,
+           SCAN: lambda n: [False] * n}
+
+
+def _with_direct_flag(op, operands, ints):
+    if op not in _DIRECT:
+        return list(ints)
+    inputs = operands[1:]
+    return [*ints, _apart(operands[0], inputs, _DIRECT[op](len(inputs)))]
+
+
 # The trace of each live program, by its serial: a profiler's span of a launch is priced from it.
 PROGRAMS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
@@ -281,7 +318,7 @@ class Trace:
                     float(_largest(st.dtype))
                 steps.append((FILL, [self.operand(NkiTensor(st), rows)], [], [value]))
             for op, operands, ints, floats in fused.get(i, ins.steps):
-                steps.append((op, [self.operand(o, rows) for o in operands], list(ints),
+                steps.append((op, [self.operand(o, rows) for o in operands], _with_direct_flag(op, operands, ints),
                               [_immediate(f) for f in floats]))
         io = [(math.prod(st.shape), st.dtype) for st in self.hbm]
         program = _C._NkiProgram(name, steps, self.constants, rows[SBUF], rows[PSUM], REGISTERS, io)

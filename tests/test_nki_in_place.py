@@ -1,0 +1,116 @@
+"""Steps that compute straight into their destination (csrc/nki/step_direct.cpp, flagged by the
+tracer's `_apart`): the same bits as an engine computing in fp32 and rounding once, for every dtype
+mix and broadcast they take, and the general path's read-then-write order kept wherever the
+destination overlaps an input, on the host simulator and on neuron alike."""
+import pytest
+import torch
+
+import torch_neuronx  # noqa: F401
+import torch_neuronx.nki as nki
+import torch_neuronx.nki.isa as nisa
+import torch_neuronx.nki.language as nl
+
+OPS = {"add": torch.add, "subtract": torch.sub, "multiply": torch.mul, "divide": torch.div,
+       "maximum": torch.maximum, "minimum": torch.minimum}
+F32, BF16 = torch.float32, torch.bfloat16
+
+
+@nki.jit
+def mixed_kernel(a, b, col, op, out_dtype):
+    """dst(out_dtype) = a op b, = a op column (broadcast along the free dim), = a op 0.75."""
+    p, f = a.shape
+    out = nl.ndarray((3, p, f), dtype=out_dtype, buffer=nl.shared_hbm)
+    ta, tb = nl.load(a), nl.load(b)
+    tc = nl.ndarray((p, 1), dtype=col.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tc, src=col)
+    for i, (second, scalar) in enumerate(((tb, None), (tc.broadcast(1, f), None), (None, 0.75))):
+        y = nl.ndarray((p, f), dtype=out_dtype, buffer=nl.sbuf)
+        if scalar is None:
+            nisa.tensor_tensor(dst=y, data1=ta, data2=second, op=op)
+        else:
+            nisa.tensor_scalar(dst=y, data=ta, op0=op, operand0=scalar)
+        nl.store(out[i], y)
+    return out
+
+
+@pytest.mark.parametrize("dtypes", [(F32, F32, F32), (BF16, BF16, BF16), (BF16, F32, BF16), (F32, BF16, F32),
+                                    (F32, BF16, BF16), (BF16, BF16, F32)])
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_alu_ops_round_once_for_every_dtype_mix(name, dtypes):
+    a_dtype, b_dtype, out_dtype = dtypes
+    a = (torch.randn(128, 200).abs() + 0.5).to(a_dtype)
+    b, col = torch.randn(128, 200).to(b_dtype), torch.randn(128, 1).to(b_dtype)
+    fn = OPS[name]
+    want = torch.stack([fn(a.float(), b.float()), fn(a.float(), col.float().expand(128, 200)),
+                        fn(a.float(), torch.full_like(a.float(), 0.75))]).to(out_dtype)
+    got = nki.simulate(mixed_kernel)(a, b, col, getattr(nl, name), out_dtype)
+    assert torch.equal(got, want)
+    dev = mixed_kernel(a.to("neuron"), b.to("neuron"), col.to("neuron"), getattr(nl, name), out_dtype)
+    assert torch.equal(dev.cpu(), want)
+
+
+@nki.jit
+def shifted_kernel(x, activation):
+    """Each instruction's destination overlaps its input one column further on, in one tile."""
+    p, f = x.shape
+    out = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    if activation:
+        nisa.activation(dst=t[:, 1:f], op=nl.copy, data=t[:, 0:f - 1], bias=None, scale=2.0)
+    else:
+        nisa.tensor_scalar(dst=t[:, 1:f], data=t[:, 0:f - 1], op0=nl.add, operand0=1.0)
+    nl.store(out, t)
+    return out
+
+
+@pytest.mark.parametrize("activation", [False, True])
+def test_a_destination_overlapping_its_input_reads_the_input_first(activation):
+    x = torch.randn(128, 64)
+    want = x.clone()
+    want[:, 1:] = x[:, :-1] * 2.0 if activation else x[:, :-1] + 1.0
+    assert torch.equal(nki.simulate(shifted_kernel)(x, activation), want)
+    assert torch.equal(shifted_kernel(x.to("neuron"), activation).cpu(), want)
+
+
+@nki.jit
+def same_view_kernel(x, col):
+    """In place: dst is the very view each instruction reads."""
+    p, f = x.shape
+    out = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    c = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=c, src=col)
+    nisa.activation(dst=t, op=nl.tanh, data=t, bias=c, scale=0.5)
+    nisa.tensor_tensor(dst=t, data1=t, data2=t, op=nl.multiply)
+    nl.store(out, t)
+    return out
+
+
+def test_in_place_instructions_equal_torch():
+    x, col = torch.randn(128, 96), torch.randn(128, 1)
+    want = torch.tanh(x * 0.5 + col) ** 2
+    got = nki.simulate(same_view_kernel)(x, col)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    assert torch.equal(same_view_kernel(x.to("neuron"), col.to("neuron")).cpu(), got)
+
+
+@nki.jit
+def scan_kernel(x, in_place):
+    p, f = x.shape
+    out = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.shared_hbm)
+    ones = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(ones, 1.0)
+    t = nl.load(x)
+    acc = t if in_place else nl.ndarray((p, f), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor_scan(dst=acc, data0=ones, data1=t, initial=0.5, op0=nl.multiply, op1=nl.add)
+    nl.store(out, acc)
+    return out
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_a_scan_into_its_own_input_or_a_tile_apart_is_a_cumsum(in_place):
+    x = torch.randn(128, 3000)  # past the size where a team of threads takes blocks of partitions
+    want = torch.cumsum(x.double(), 1) + 0.5
+    got = nki.simulate(scan_kernel)(x, in_place)
+    torch.testing.assert_close(got.double(), want, atol=1e-3, rtol=1e-4)
+    assert torch.equal(scan_kernel(x.to("neuron"), in_place).cpu(), got)
