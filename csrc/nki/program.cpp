@@ -73,14 +73,26 @@ class Rng {
   std::vector<uint32_t> state_;
 };
 
+// The calling thread's SBUF or PSUM arena, kept between runs. A run needs no zeroed arena: the
+// program fills each tile at its first use unless that instruction writes every byte of it
+// (nki/_trace.py), and a fresh arena would cost its page faults on every run. A thread runs one
+// program at a time.
+at::Tensor arena(int which, int64_t bytes) {
+  thread_local at::Tensor kept[2];
+  at::Tensor& t = kept[which];
+  if (!t.defined() || t.numel() < bytes) t = at::empty({bytes}, at::kByte);
+  return t;
+}
+
 class Memory {
  public:
   Memory(const std::vector<at::Tensor>& hbm, const std::vector<at::Tensor>& constants, int64_t sbuf_row,
          int64_t psum_row, int registers)
-      : hbm_(hbm), constants_(constants), regs_(registers) {
-    sbuf_ = at::zeros({128 * std::max<int64_t>(sbuf_row, 1)}, at::kByte);
-    psum_ = at::zeros({128 * std::max<int64_t>(psum_row, 1)}, at::kByte);
-  }
+      : hbm_(hbm),
+        constants_(constants),
+        sbuf_(arena(0, 128 * std::max<int64_t>(sbuf_row, 1))),
+        psum_(arena(1, 128 * std::max<int64_t>(psum_row, 1))),
+        regs_(registers) {}
 
   at::Tensor view(const Operand& o) {
     if (o.space == kReg) {

@@ -41,8 +41,8 @@ def active() -> "Trace":
 
 
 class Instr:
-    __slots__ = ("name", "engine", "cycles", "dma_bytes", "dma_row_bytes", "reads", "writes", "steps", "flops",
-                 "line", "program", "phase")
+    __slots__ = ("name", "engine", "cycles", "dma_bytes", "dma_row_bytes", "reads", "writes", "whole", "steps",
+                 "flops", "line", "program", "phase")
 
     def __repr__(self):
         return f"Instr({self.name} on {self.engine}, line {self.line})"
@@ -55,6 +55,19 @@ def span_elements(t: NkiTensor) -> tuple:
         if n > 1:
             hi, lo = (hi + (n - 1) * s, lo) if s >= 0 else (hi, lo + (n - 1) * s)
     return lo, hi
+
+
+def _covers(t: NkiTensor) -> bool:
+    """Whether a view fixed at trace time is every byte of its tile once: dense, gapless, from the
+    start (a span alone cannot tell a strided view, which skips elements, from the whole)."""
+    expect = 1
+    for s, n in sorted((s, n) for n, s in zip(t.shape, t.strides) if n > 1):
+        if s != expect:
+            return False
+        expect *= n
+    st = t.storage
+    return (t.offset == 0 and t.dynamic is None and t.vector is None
+            and expect * t.dtype.itemsize == st.partition_bytes * st.shape[0])
 
 
 def _span(t: NkiTensor) -> tuple:
@@ -210,6 +223,10 @@ class Trace:
         ins.dma_bytes, ins.dma_row_bytes = dma if dma else (0, 0)
         ins.reads = [(t.storage, *_span(t)) for t in reads if isinstance(t, NkiTensor)]
         ins.writes = [(t.storage, *_span(t)) for t in writes if isinstance(t, NkiTensor)]
+        # A transfer at a run-time offset may skip what it would write (oob_mode=skip).
+        moving = any(isinstance(t, NkiTensor) and (t.dynamic is not None or t.vector is not None)
+                     for t in reads + writes)
+        ins.whole = [] if moving else [t.storage for t in writes if isinstance(t, NkiTensor) and _covers(t)]
         ins.line = kernel_line()
         index = len(self.instrs)
         for st, _, _ in ins.reads + ins.writes:
@@ -225,11 +242,9 @@ class Trace:
 
     # --- the program --------------------------------------------------------------------------
     def _written_whole(self, st) -> bool:
-        """Whether the first instruction using `st` writes all of it without reading it first."""
+        """Whether the first instruction using `st` writes every byte of it without reading it first."""
         ins = self.instrs[st.first]
-        size = st.partition_bytes * st.shape[0]
-        return (any(w is st and lo <= 0 and hi >= size for w, lo, hi in ins.writes)
-                and not any(r is st for r, _, _ in ins.reads))
+        return any(w is st for w in ins.whole) and not any(r is st for r, _, _ in ins.reads)
 
     def _interleave_phases(self):
         """Phase by phase, each program's instructions in order (a stable sort), then each storage's
