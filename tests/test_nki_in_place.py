@@ -151,3 +151,36 @@ def test_a_tile_written_in_part_reads_zeros_elsewhere_whatever_an_earlier_run_le
             fill_arena(junk.to("neuron"))
             got = every_other_column(x.to("neuron")).cpu()
         assert torch.equal(got, want)
+
+
+# --- nl.device_print ----------------------------------------------------------------------------
+@nki.jit
+def printing_kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    nl.device_print("loaded:", t)
+    u = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=u, data=t, op0=nl.multiply, operand0=-3.0)
+    nl.device_print("scaled:", u)
+    nl.store(out, u)
+    return out
+
+
+@pytest.mark.parametrize("device", ["simulate", "neuron"])
+def test_device_print_shows_each_tile_when_the_program_reaches_it(device, capfd):
+    x = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    got = nki.simulate(printing_kernel)(x) if device == "simulate" else printing_kernel(x.to("neuron")).cpu()
+    torch.neuron.synchronize()
+    assert torch.equal(got, x * -3.0)
+    lines = [line.split() for line in capfd.readouterr().out.strip().splitlines()]
+    assert lines == [["loaded:"], ["1", "2", "3"], ["4", "5", "6"],
+                     ["scaled:"], ["-3", "-6", "-9"], ["-12", "-15", "-18"]]
+
+
+def test_device_print_checks_its_arguments():
+    @nki.jit
+    def bad(x):
+        nl.device_print(42, nl.load(x))
+
+    with pytest.raises(Exception, match="prefix is a str"):
+        nki.simulate(bad)(torch.ones(2, 2))

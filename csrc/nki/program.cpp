@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <sstream>
 #include <utility>
 
 #include "core/storage.h"
@@ -469,6 +471,17 @@ void execute(Memory& mem, const Step& s, int team) {
           here.copy_(there.sizes().equals(here.sizes()) ? there : there.reshape(here.sizes()));
         }
       }
+      return;
+    }
+    case kPrint: {
+      const at::Tensor text = mem.view(o[1]);
+      std::ostringstream values;
+      values << mem.view(o[0]);
+      std::string shown = values.str();  // less ATen's closing "[ CPUFloatType{...} ]" line
+      shown = shown.substr(0, shown.rfind("\n[ "));
+      const std::string prefix(static_cast<const char*>(text.const_data_ptr()), static_cast<size_t>(s.i[0]));
+      std::fputs((prefix + "\n" + shown + "\n").c_str(), stdout);
+      std::fflush(stdout);
       return;
     }
     default:

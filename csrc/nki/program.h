@@ -58,8 +58,9 @@ enum Op : int32_t {
   kOffsetCopy,       // o0 = o1 with operand i0 (0: o0, 1: o1) moved by run-time integers: by o2's one
                      // integer x i1 bytes (i2 = -1), or entry r of its dim i2 by o2's r-th integer x i1 bytes;
                      // each integer within i3..i4 (else an error, or no transfer where i5 is 1: oob_mode=skip)
-  kNonzero           // per partition p of o1 (free dims flattened, T elements): o0[p, :N] = the indices
+  kNonzero,          // per partition p of o1 (free dims flattened, T elements): o0[p, :N] = the indices
                      // (+ f0) of its N nonzero elements in order, o0[p, N:T] = f1, o0[p, T] = N
+  kPrint             // prints the text of o1 (i0 bytes of a uint8 constant) and the values of o0 (nl.device_print)
 };
 
 struct Step {

@@ -1,6 +1,6 @@
 """nki.language's names of issue 36's second round, each lowered to nki.isa instructions: softmax,
-rms_norm, all, invert, where, expand_dims, load_transpose2d, shared_constant, and the random ones
-(rand, random_seed, dropout). language.py re-exports them."""
+rms_norm, all, invert, where, expand_dims, load_transpose2d, shared_constant, the random ones
+(rand, random_seed, dropout), and device_print. language.py re-exports them."""
 from __future__ import annotations
 
 import os
@@ -169,3 +169,18 @@ def dropout(x, rate, dtype=None, mask=None):
     out = nl.ndarray(x.shape, x.dtype, SBUF)
     nisa.dropout(out, x, rate)
     return out if dtype is None or dtype == x.dtype else nl.copy(out, dtype=dtype)
+
+
+def device_print(prefix, x, mask=None):
+    """Prints `prefix` and the tile's values when the program reaches this point: on the host
+    simulator as AWS's simulator does, and on the software NeuronCore (from its queue, so in
+    stream order with the rest of the kernel). It takes no engine time."""
+    if mask is not None:
+        fail("mask", "nl.device_print takes no mask= (masks are not supported; slice the tile)", "device_print")
+    if not isinstance(prefix, str):
+        fail("prefix", f"nl.device_print's prefix is a str, not {type(prefix).__name__}", "device_print")
+    if not isinstance(x, NkiTensor):
+        fail("x", f"nl.device_print prints a tile or tensor, not {type(x).__name__}", "device_print")
+    trace = T.active()
+    text = trace.const(torch.frombuffer(bytearray(prefix.encode() or b" "), dtype=torch.uint8))
+    trace.emit("device_print", "gpsimd", reads=[x], writes=[], steps=[(T.PRINT, [x, text], [len(prefix.encode())], [])])

@@ -510,14 +510,12 @@ def mean(x, axis, dtype=None, keepdims=False, mask=None):
 
 # The second round's names, lowered to nki.isa in _nl_extra.py (imported last: it reads this module).
 from ._nl_extra import (  # noqa: E402,F401  (re-exported: nl.softmax, ...)
-    all, dropout, expand_dims, invert, load_transpose2d, rand, random_seed, rms_norm, shared_constant, softmax, where,
+    all, device_print, dropout, expand_dims, invert, load_transpose2d, rand, random_seed, rms_norm, shared_constant,
+    softmax, where,
 )
 
 # A documented name not implemented yet imports fine and raises "not supported yet" when used (_api.py).
 __getattr__ = _api.module_getattr("nki.language", "nl")
-device_print = _api.NotSupportedYet(
-    "nl.device_print", "a traced program has no channel back to the host while it runs; store the tile to an "
-                       "output tensor and print it after the kernel")
 
 
 # nl.copy is the tile-copy function and, as in NKI, also the identity activation (`op=nl.copy`).
