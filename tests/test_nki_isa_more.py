@@ -399,3 +399,45 @@ def test_a_scan_is_priced_per_element_on_the_vector_engine():
     half = nki.estimate(cumsum_kernel, profile="trn2")(torch.zeros(128, 256), 256)
     assert est.instructions["vector"] == half.instructions["vector"]
     assert est.cycles["vector"] > half.cycles["vector"] >= 256
+
+
+# --- local_gather: each GpSimd core gathers by its own 16 partitions' indices ----------------------
+@nki.jit
+def local_gather_kernel(src, index, per_index, valid):
+    p = src.shape[0]
+    out = nl.ndarray((p, valid * per_index), dtype=src.dtype, buffer=nl.shared_hbm)
+    s, i = nl.load(src), nl.load(index)
+    d = nl.ndarray((p, valid * per_index), dtype=src.dtype, buffer=nl.sbuf)
+    nisa.local_gather(d, s, i, num_elem_per_idx=per_index, num_valid_indices=valid)
+    nl.store(out, d)
+    return out
+
+
+@pytest.mark.parametrize("per_index,valid,same", [(4, 64, True), (1, 50, False), (8, 24, False)])
+def test_local_gather_matches_the_per_core_take(per_index, valid, same):
+    # As AWS's NumPy statement of it: a core's indices are its partitions' columns flattened
+    # partition first (order='F'), the first `valid`; each partition takes those runs of its row.
+    groups = 512 // per_index
+    src = torch.randn(128, groups, per_index) * 100
+    per_core = torch.randint(0, groups, (16, 4), dtype=torch.int32)
+    index = per_core.repeat(8, 1) if same else torch.randint(0, groups, (128, 4), dtype=torch.int32)
+    want = torch.empty(128, valid, per_index)
+    for core in range(8):
+        rows = slice(core * 16, core * 16 + 16)
+        order = index[rows].t().reshape(-1)[:valid].long()
+        want[rows] = src[rows][:, order, :]
+    hw = (index * per_index).to(torch.uint16)  # the instruction's indices count elements
+    got = nki.simulate(local_gather_kernel)(src.reshape(128, -1), hw, per_index, valid)
+    assert torch.equal(got, want.reshape(128, -1))
+    dev = local_gather_kernel(src.reshape(128, -1).to("neuron"), hw.to("neuron"), per_index, valid)
+    assert torch.equal(dev.cpu(), got)
+
+
+def test_local_gather_checks_its_operands():
+    src, index = torch.zeros(128, 64), torch.zeros(128, 4, dtype=torch.uint16)
+    with pytest.raises(NkiValidationError, match="num_elem_per_idx is 3"):
+        nki.simulate(local_gather_kernel)(src, index, 3, 4)
+    with pytest.raises(NkiValidationError, match="each core has 64 indices"):
+        nki.simulate(local_gather_kernel)(src, index, 1, 65)
+    with pytest.raises(NkiValidationError, match="index is torch.int32; it must be uint16"):
+        nki.simulate(local_gather_kernel)(src, index.to(torch.int32), 1, 4)

@@ -231,6 +231,16 @@ at::Tensor dense_rows(const at::Tensor& t) {
   return t.as_strided({t.size(0), n}, {t.stride(0), 1});
 }
 
+// out[p, k] = rows[p, idx[p, k]], an index past its row an error (as the hardware's is undefined).
+at::Tensor gather_rows(const at::Tensor& rows, const at::Tensor& idx) {
+  TORCH_CHECK(idx.numel() == 0 || (idx.min().item<int64_t>() >= 0 && idx.max().item<int64_t>() < rows.size(1)),
+              "nki: a gather index is outside its partition's ", rows.size(1), " elements");
+  // ATen's CPU gather has no unsigned 16/32-bit kernel: move the same bits as the signed type.
+  const at::ScalarType st = rows.scalar_type();
+  const at::ScalarType as = st == at::kUInt32 ? at::kInt : st == at::kUInt16 ? at::kShort : st;
+  return rows.view(as).gather(1, idx).view(st);
+}
+
 at::Tensor operand_or_scalar(Memory& mem, const Step& s, size_t which, bool scalar, double value, bool integral) {
   if (scalar) return integral ? at::scalar_tensor(static_cast<int64_t>(value), at::kLong) : at::scalar_tensor(value);
   at::Tensor t = mem.view(s.operands.at(which));
@@ -400,14 +410,21 @@ void execute(Memory& mem, const Step& s, int team) {
     }
     case kGather: {
       const at::Tensor data = mem.view(o[1]), index = mem.view(o[2]);
-      const at::Tensor rows = data.reshape({data.size(0), -1});
-      const at::Tensor idx = index.reshape({index.size(0), -1}).to(at::kLong);
-      TORCH_CHECK(idx.numel() == 0 || (idx.min().item<int64_t>() >= 0 && idx.max().item<int64_t>() < rows.size(1)),
-                  "nki: a gather index is outside its partition's ", rows.size(1), " elements");
-      // ATen's CPU gather has no unsigned 16/32-bit kernel: move the same bits as the signed type.
-      const at::ScalarType st = rows.scalar_type();
-      const at::ScalarType as = st == at::kUInt32 ? at::kInt : st == at::kUInt16 ? at::kShort : st;
-      mem.write(o[0], rows.view(as).gather(1, idx).view(st));
+      mem.write(o[0], gather_rows(data.reshape({data.size(0), -1}), index.reshape({index.size(0), -1}).to(at::kLong)));
+      return;
+    }
+    case kLocalGather: {
+      // Each GpSimd core's indices: its 16 partitions' index columns in turn, partition first, the
+      // first i1 of them; each of its partitions reads those i0-element runs of its own row.
+      const at::Tensor data = mem.view(o[1]), index = mem.view(o[2]);
+      const int64_t parts = data.size(0), each = s.i[0], valid = s.i[1];
+      const at::Tensor idx = index.reshape({parts, -1}).to(at::kLong);
+      std::vector<at::Tensor> cores;
+      for (int64_t c = 0; c < parts / 16; ++c) {
+        cores.push_back(idx.narrow(0, c * 16, 16).t().reshape({1, -1}).narrow(1, 0, valid).expand({16, valid}));
+      }
+      const at::Tensor at_runs = at::cat(cores, 0).unsqueeze(2) + at::arange(each, at::kLong);
+      mem.write(o[0], gather_rows(data.reshape({parts, -1}), at_runs.reshape({parts, valid * each})));
       return;
     }
     case kNonzero: {  // a compaction: one pass along each partition's row

@@ -60,7 +60,9 @@ enum Op : int32_t {
                      // each integer within i3..i4 (else an error, or no transfer where i5 is 1: oob_mode=skip)
   kNonzero,          // per partition p of o1 (free dims flattened, T elements): o0[p, :N] = the indices
                      // (+ f0) of its N nonzero elements in order, o0[p, N:T] = f1, o0[p, T] = N
-  kPrint             // prints the text of o1 (i0 bytes of a uint8 constant) and the values of o0 (nl.device_print)
+  kPrint,            // prints the text of o1 (i0 bytes of a uint8 constant) and the values of o0 (nl.device_print)
+  kLocalGather       // per 16-partition group g: its indices k = o2[g's partitions, :] flattened partition first,
+                     // the first i1; o0[p, k·i0 + e] = o1[p, idx_k + e] for e < i0 (free dims flattened)
 };
 
 struct Step {

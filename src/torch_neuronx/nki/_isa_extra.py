@@ -175,6 +175,35 @@ def nc_n_gather(dst, data, indices, name=None):
 
 
 
+def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, name=None):
+    """Each GpSimd core (16 partitions) flattens its partitions' uint16 `index` values partition
+    first and keeps the first `num_valid_indices`; each of its partitions then reads, for every
+    index i, the `num_elem_per_idx` elements from i on of its own row of `src_buffer` (free dims
+    flattened). dst holds them in that order: num_valid_indices x num_elem_per_idx per partition."""
+    ins = "local_gather"
+    for t, w in ((dst, "dst"), (src_buffer, "src_buffer"), (index, "index")):
+        _on_chip(t, w, ins, allowed=(SBUF,))
+    check(index.dtype == torch.uint16, "dtype", f"index is {index.dtype}; it must be uint16", ins)
+    check(dst.dtype == src_buffer.dtype, "dtype",
+          f"dst is {dst.dtype} and src_buffer {src_buffer.dtype}; a gather casts nothing", ins)
+    parts = src_buffer.shape[0]
+    check(index.shape[0] == parts and dst.shape[0] == parts and parts % 16 == 0, "shape",
+          f"src_buffer, index and dst span {parts}, {index.shape[0]} and {dst.shape[0]} partitions; they must "
+          f"match and be a multiple of 16 (one GpSimd core's)", ins)
+    check(num_elem_per_idx in (1, 2, 4, 8, 16, 32), "num_elem_per_idx",
+          f"num_elem_per_idx is {num_elem_per_idx}; it must be 1, 2, 4, 8, 16 or 32", ins)
+    per_core = index.size // (parts // 16)
+    valid = per_core if num_valid_indices is None else num_valid_indices
+    check(isinstance(valid, int) and 1 <= valid <= min(per_core, 4096), "num_valid_indices",
+          f"num_valid_indices is {valid}; each core has {per_core} indices and takes at most 4096", ins)
+    n = valid * num_elem_per_idx
+    check(dst.free_size == n, "shape", f"dst holds {dst.free_size} elements per partition; the gather gives "
+                                       f"{valid} x {num_elem_per_idx} = {n}", ins)
+    T.active().emit(ins, "gpsimd", reads=[src_buffer, index], writes=[dst],
+                    steps=[(T.LOCAL_GATHER, [dst, src_buffer, index], [num_elem_per_idx, valid], [])],
+                    cycles=GPSIMD_START + n)
+
+
 def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None):
     """On partitions 0, 16, ..., 112 (one per GpSimd core): dst[p, :N] = the indices (+ index_offset)
     of src[p]'s N nonzero elements in order (free dims flattened, T elements), dst[p, N:T] =
@@ -424,6 +453,6 @@ def quantize_mx(*args, **kwargs):
 nc_matmul_mx.not_supported_yet = quantize_mx.not_supported_yet = register_load.not_supported_yet = True
 
 
-__all__ = ["tensor_copy_predicated", "nc_stream_shuffle", "sequence_bounds", "nc_matmul_mx",
+__all__ = ["tensor_copy_predicated", "nc_stream_shuffle", "sequence_bounds", "nc_matmul_mx", "local_gather",
            "quantize_mx", "nc_n_gather", "nonzero_with_count", "exponential", "activate2", "nc_match_replace8",
            "dma_compute", "VirtualRegister", "register_alloc", "register_move", "register_load", "register_store"]

@@ -26,7 +26,7 @@ _state = threading.local()
 # Step codes and operand spaces of csrc/nki/program.h.
 COPY, FILL, ACTIVATE, BINARY, REDUCE, MATMUL, TRANSPOSE, WHERE, TOP8, PARTITION_REDUCE = range(10)
 SCAN, FIND_INDEX8 = 11, 12  # (10 is _fuse's matmul group)
-RNG, GATHER, MATCH_REPLACE8, OFFSET_COPY, NONZERO, PRINT = 13, 14, 15, 16, 17, 18
+RNG, GATHER, MATCH_REPLACE8, OFFSET_COPY, NONZERO, PRINT, LOCAL_GATHER = 13, 14, 15, 16, 17, 18, 19
 _HBM, _SBUF, _PSUM, _CONST, _REG = range(5)
 ACCUMULATOR = 7  # the register activation's reduce_cmd accumulates into
 REGISTERS = 8

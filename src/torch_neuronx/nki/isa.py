@@ -23,7 +23,7 @@ from ._isa_more import (
     nc_find_index8, range_select, select_reduce, tensor_scalar_cumulative, tensor_scalar_reduce, tensor_tensor_scan,
 )
 from ._isa_extra import (
-    VirtualRegister, activate2, dma_compute, exponential, nc_match_replace8, nc_matmul_mx, nc_n_gather,
+    VirtualRegister, activate2, dma_compute, exponential, local_gather, nc_match_replace8, nc_matmul_mx, nc_n_gather,
     nc_stream_shuffle, nonzero_with_count, quantize_mx, register_alloc, register_load, register_move, register_store,
     sequence_bounds, tensor_copy_predicated,
 )
@@ -46,7 +46,7 @@ __all__ = ["dma_copy", "dma_transpose", "tensor_copy", "memset", "iota", "affine
            "select_reduce", "tensor_copy_predicated", "nc_stream_shuffle", "sequence_bounds",
            "rng", "rand2", "dropout", "set_rng_seed", "rand_set_state", "rand_get_state", "nc_matmul_mx",
            "quantize_mx", "nc_n_gather", "nonzero_with_count", "exponential", "activate2", "nc_match_replace8",
-           "dma_compute", "register_alloc", "register_move", "register_load", "register_store",
+           "dma_compute", "register_alloc", "register_move", "register_load", "register_store", "local_gather",
            "VirtualRegister", "engine", "dma_engine", "reduce_cmd", "tensor_engine", "vector_engine",
            "scalar_engine", "gpsimd_engine", "core_barrier", "sendrecv",
            "nc_version", "get_nc_version", "dge_mode", "oob_mode", "matmul_perf_mode", "NkiValidationError"]
@@ -65,10 +65,5 @@ from ._isa_cores import core_barrier, sendrecv  # noqa: E402
 
 # A documented instruction not implemented yet imports fine and raises "not supported yet" when used.
 from . import _api  # noqa: E402
-
-# Documented, not implemented, and why (each raises "not supported yet" with its reason when used).
-for _name, _why in (("local_gather", "the layout of the gathered elements across a GpSimd core's 16 partitions "
-                                     "(NKI's NumPy reference) is not reproduced here yet"),):
-    globals()[_name] = _api.NotSupportedYet(f"nisa.{_name}", _why)
 
 __getattr__ = _api.module_getattr("nki.isa", "nisa")
