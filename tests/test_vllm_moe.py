@@ -175,3 +175,50 @@ def test_unsupported_routing_names_what(monkeypatch):
     with pytest.raises(NotImplementedError, match="fused MoE with expert parallelism is not supported"):
         method().apply_monolithic(on(layer, "neuron"), torch.randn(3, 8, device="neuron"),
                                   torch.randn(3, 4, device="neuron"))
+
+
+# ---- the method inside vLLM's engine: MoE models against HF on the CPU ----------------------------
+
+@pytest.fixture(scope="module")
+def moe_models(tmp_path_factory):
+    import vllm_models
+    from test_vllm import CHAT_TEMPLATE, demo
+
+    root = tmp_path_factory.mktemp("vllm-moe-models")
+    tokenizer = demo.train_tokenizer(demo.TEXT, 512)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    configs = vllm_models.configs(tokenizer)
+    paths = {}
+    for name in ("mixtral", "qwen3-moe"):
+        paths[name] = str(root / name)
+        vllm_models.save(paths[name], configs[name], tokenizer)
+    return paths
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+@pytest.mark.parametrize("name", ["mixtral", "qwen3-moe"])
+def test_moe_models_equal_hf_cpu(moe_models, name, mode):
+    """Mixtral and Qwen3-MoE (4 experts, 2 per token) through vLLM's fused-MoE layer, eager and
+    compiled (TORCH_NEURONX_VLLM_COMPILE=1 without enforce_eager: one Dynamo trace with a symbolic
+    token count, a program per bucket): HF's greedy tokens, and their log-probabilities within
+    1e-4; the experts run as _grouped_mm, and an eager step neither copies nor waits."""
+    from test_vllm import NEW_TOKENS, PROMPTS, hf_greedy, run_vllm
+
+    compiled = mode == "compiled"
+    out = run_vllm(f"""
+        llm = engine({moe_models[name]!r}, enforce_eager={not compiled}, max_num_batched_tokens=64)
+        torch_neuronx.reset_op_counts()
+        outputs = llm.generate({PROMPTS!r}, SamplingParams(max_tokens={NEW_TOKENS}, min_tokens={NEW_TOKENS},
+                                                           temperature=0.0, logprobs=0))
+        grouped = torch_neuronx.op_counts().get("aten::_grouped_mm", {{}}).get("async", 0)
+        result({{"tokens": tokens(outputs), "logprobs": logprobs(outputs), "grouped": grouped,
+                 "mode": int(llm.llm_engine.vllm_config.compilation_config.mode), **counted(llm)}})
+    """, **({"TORCH_NEURONX_VLLM_COMPILE": "1"} if compiled else {}))
+    expected, expected_logprobs = hf_greedy(moe_models[name], PROMPTS, logprobs=True)
+    assert out["device"] == "neuron"
+    assert out["mode"] == (2 if compiled else 0)  # CompilationMode.DYNAMO_TRACE_ONCE / NONE
+    assert out["tokens"] == expected
+    diff = (torch.tensor(out["logprobs"]) - torch.tensor(expected_logprobs)).abs().max().item()
+    assert diff <= 1e-4, diff
+    assert out["grouped"] > 0  # compiled programs call it as an extern kernel, a neuron op too
+    assert out["copy"] == {} and out["sync"] == {}
