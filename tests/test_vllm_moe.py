@@ -201,22 +201,34 @@ def test_moe_models_equal_hf_cpu(moe_models, name, mode):
     """Mixtral and Qwen3-MoE (4 experts, 2 per token) through vLLM's fused-MoE layer, eager and
     compiled (TORCH_NEURONX_VLLM_COMPILE=1 without enforce_eager: one Dynamo trace with a symbolic
     token count, a program per bucket): HF's greedy tokens, and their log-probabilities within
-    1e-4; the experts run as _grouped_mm, and an eager step neither copies nor waits."""
+    1e-4; the experts run as _grouped_mm, a step neither copies nor waits, and no routing needs a
+    program the engine did not make before it was ready."""
     from test_vllm import NEW_TOKENS, PROMPTS, hf_greedy, run_vllm
 
     compiled = mode == "compiled"
     out = run_vllm(f"""
         llm = engine({moe_models[name]!r}, enforce_eager={not compiled}, max_num_batched_tokens=64)
+        ready = torch_neuronx.compile_stats()["programs"]
         torch_neuronx.reset_op_counts()
         outputs = llm.generate({PROMPTS!r}, SamplingParams(max_tokens={NEW_TOKENS}, min_tokens={NEW_TOKENS},
                                                            temperature=0.0, logprobs=0))
+        # The same engine on other prompts (other routings, other buckets): any program it lacked
+        # would be made here.
+        after_first = torch_neuronx.compile_stats()["programs"]
+        llm.generate({[p[::-1] for p in PROMPTS] + ["a b c d e f g h i j k l m n o p q r s t u v"]!r}, greedy(6))
         grouped = torch_neuronx.op_counts().get("aten::_grouped_mm", {{}}).get("async", 0)
         result({{"tokens": tokens(outputs), "logprobs": logprobs(outputs), "grouped": grouped,
-                 "mode": int(llm.llm_engine.vllm_config.compilation_config.mode), **counted(llm)}})
+                 "mode": int(llm.llm_engine.vllm_config.compilation_config.mode),
+                 "ready": ready, "after_first": after_first, "programs": torch_neuronx.compile_stats()["programs"],
+                 **counted(llm)}})
     """, **({"TORCH_NEURONX_VLLM_COMPILE": "1"} if compiled else {}))
     expected, expected_logprobs = hf_greedy(moe_models[name], PROMPTS, logprobs=True)
     assert out["device"] == "neuron"
     assert out["mode"] == (2 if compiled else 0)  # CompilationMode.DYNAMO_TRACE_ONCE / NONE
+    # Every bucket's program was made before the engine was ready (the first generate adds only
+    # vLLM's own compiled log-prob ranking, in eager mode too), and no routing asks for another.
+    assert (out["ready"] > 0) == compiled and out["after_first"] <= out["ready"] + 1
+    assert out["programs"] == out["after_first"]
     assert out["tokens"] == expected
     diff = (torch.tensor(out["logprobs"]) - torch.tensor(expected_logprobs)).abs().max().item()
     assert diff <= 1e-4, diff
