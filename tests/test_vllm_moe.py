@@ -189,20 +189,21 @@ def moe_models(tmp_path_factory):
     tokenizer.chat_template = CHAT_TEMPLATE
     configs = vllm_models.configs(tokenizer)
     paths = {}
-    for name in ("mixtral", "qwen3-moe"):
+    for name in ("mixtral", "qwen3-moe", "qwen2-moe"):
         paths[name] = str(root / name)
         vllm_models.save(paths[name], configs[name], tokenizer)
     return paths
 
 
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
-@pytest.mark.parametrize("name", ["mixtral", "qwen3-moe"])
+@pytest.mark.parametrize("name", ["mixtral", "qwen3-moe", "qwen2-moe"])
 def test_moe_models_equal_hf_cpu(moe_models, name, mode):
-    """Mixtral and Qwen3-MoE (4 experts, 2 per token) through vLLM's fused-MoE layer, eager and
-    compiled (TORCH_NEURONX_VLLM_COMPILE=1 without enforce_eager: one Dynamo trace with a symbolic
-    token count, a program per bucket): HF's greedy tokens, and their log-probabilities within
-    1e-4; the experts run as _grouped_mm, a step neither copies nor waits, and no routing needs a
-    program the engine did not make before it was ready."""
+    """Mixtral, Qwen3-MoE (4 experts, 2 per token) and Qwen2-MoE (8 experts, 2 per token, weights
+    not renormalised, a shared expert) through vLLM's fused-MoE layer, eager and compiled
+    (TORCH_NEURONX_VLLM_COMPILE=1 without enforce_eager: one Dynamo trace with a symbolic token
+    count, a program per bucket): HF's greedy tokens, and their log-probabilities within 1e-4; the
+    experts run as _grouped_mm, a step neither copies nor waits, and no routing needs a program
+    the engine did not make before it was ready."""
     from test_vllm import NEW_TOKENS, PROMPTS, hf_greedy, run_vllm
 
     compiled = mode == "compiled"
