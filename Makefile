@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.requirements-stamp
 RT_BUILD := build/runtime-tests
 RT_CMAKE := -G Ninja -DNEURONX_BUILD_EXTENSION=OFF -DNEURONX_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all sysdeps venv install lint runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile bench-collectives bench-nki nki-library bench-cost-model bench-vllm conformance hf-matrix hf-model-tests hf-model-tests-run upstream-tests clean
+.PHONY: all sysdeps venv install lint runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile bench-collectives bench-nki nki-library bench-cost-model bench-vllm bench-moe conformance hf-matrix hf-model-tests hf-model-tests-run upstream-tests clean
 
 all: install
 
@@ -89,6 +89,9 @@ bench-collectives: install
 
 bench-vllm: install
 	$(PY) benchmarks/vllm_serving.py
+
+bench-moe: install
+	$(PY) benchmarks/moe_layer.py
 
 bench-cost-model: install
 	$(PY) benchmarks/cost_model_vs_aws.py

@@ -88,6 +88,37 @@ def test_moe_token_counting_with_integer_histc():
     assert counts.tolist() == [1, 1, 1, 3]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_grouped_mm_runs_on_the_device_in_the_cpus_dtypes(dtype, fresh_dynamo):
+    """MoE experts (torch._grouped_mm, 2-D rows by 3-D stacked weights, as transformers and vLLM
+    call it): its composite kernel copies the group offsets to the host and waits for them; on
+    neuron the whole op is one task, in every dtype the CPU kernel takes (torch's meta kernel
+    says bfloat16 only), eager, backward and compiled."""
+    torch.manual_seed(0)
+    a, w = torch.randn(20, 16).to(dtype), torch.randn(6, 24, 16).to(dtype)
+    offs = torch.tensor([3, 3, 8, 10, 14, 20], dtype=torch.int32)
+    expected = torch._grouped_mm(a, w.transpose(1, 2), offs=offs)
+    an, wn, offs_n = a.to(N).requires_grad_(), w.to(N).requires_grad_(), offs.to(N)
+    torch.neuron.synchronize()
+    before = torch.neuron.transfer_stats()["device_to_host_bytes"]
+    torch_neuronx.reset_op_counts()
+    out = torch._grouped_mm(an, wn.transpose(1, 2), offs=offs_n)
+    counts = torch_neuronx.op_counts()["aten::_grouped_mm"]
+    assert counts["async"] == 1 and counts["sync"] == 0 and counts["copy"] == 0
+    assert torch.neuron.transfer_stats()["device_to_host_bytes"] == before
+    assert out.dtype == dtype
+    assert torch.equal(out.detach().cpu(), expected)
+    if dtype == torch.float32:
+        ac, wc = a.clone().requires_grad_(), w.clone().requires_grad_()
+        grad = torch.randn_like(expected)
+        torch._grouped_mm(ac, wc.transpose(1, 2), offs=offs).backward(grad)
+        out.backward(grad.to(N))
+        torch.testing.assert_close(an.grad.cpu(), ac.grad)
+        torch.testing.assert_close(wn.grad.cpu(), wc.grad)
+    compiled = torch.compile(lambda a, w, o: torch._grouped_mm(a, w.transpose(1, 2), offs=o), backend="neuron")
+    assert torch.equal(compiled(an.detach(), wn.detach(), offs_n).cpu(), expected)
+
+
 @pytest.mark.filterwarnings("ignore:neuron. dtype")
 def test_lazy_conjugate_and_negative_views_read_like_cpu():
     # Llama 4 and DeepSeek-V2 apply rotary embeddings in complex numbers; their backward multiplies

@@ -33,6 +33,9 @@ def configs(tokenizer) -> dict:
         "mixtral": T.MixtralConfig(**common, num_local_experts=4, num_experts_per_tok=2),
         "qwen3-moe": T.Qwen3MoeConfig(**common, num_experts=4, num_experts_per_tok=2, head_dim=32,
                                       moe_intermediate_size=64, norm_topk_prob=True),
+        # A shared expert beside 8 routed ones, whose top-2 weights are not renormalised.
+        "qwen2-moe": T.Qwen2MoeConfig(**common, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=64,
+                                      shared_expert_intermediate_size=128, norm_topk_prob=False),
         # ALiBi instead of positions; a wider initialisation keeps its greedy tokens from repeating one.
         "bloom": T.BloomConfig(vocab_size=vocab, hidden_size=128, n_layer=2, n_head=4, **wide, **ids),
         # Gemma-2's attention soft-capping, with a cap small enough to bend this model's scores (the

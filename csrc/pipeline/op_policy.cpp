@@ -88,6 +88,9 @@ const Override kOverrides[] = {
     {"aten::any.dims", kRules, kClaim, "one kernel rather than a chain of reductions"},
     {"aten::linalg__powsum", kRules, kClaim, "one kernel rather than a chain of ops"},
     {"aten::mode.values", kRules, kClaim, "its composite kernel accepts only CPU, CUDA and XPU tensors"},
+    // MoE experts: the composite kernel copies the group offsets to the host and waits for them
+    // before each call; claimed, the CPU's loop over groups reads them in the task, on the device.
+    {"aten::_grouped_mm", kRules, kClaim, "its composite kernel reads the group offsets on the host (a sync)"},
 
     // CUDA's float mean/rstd for half and bfloat16 inputs (what FakeTensor and compiled graphs
     // expect): the CPU kernel's statistics, widened; its backward takes them narrowed again.

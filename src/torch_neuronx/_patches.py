@@ -508,6 +508,50 @@ def process_group_timeouts() -> None:
     after_import("torch.distributed.distributed_c10d", patch)
 
 
+_META_LIB = None  # the Library holding the replaced meta kernel (it unregisters when collected)
+
+
+def grouped_mm_meta_dtypes() -> None:
+    """torch._grouped_mm's kernels (the CPU's, CUDA's fallback) take float32, float16 and bfloat16,
+    but its meta kernel keeps the CUDA fast path's bfloat16-only check: a float32 MoE layer can be
+    neither traced (fake tensors) nor sized before its kernel runs (neuron then waits for it). The
+    replaced meta kernel runs the original's checks on bfloat16 stand-ins (strides scaled by the
+    element size, so its 16-byte alignment checks mean what they mean for the real dtype) and sizes
+    the result in the real dtype. It only accepts calls the kernels accept, on any device."""
+    global _META_LIB
+    from torch._decomp import meta_table
+    from torch._meta_registrations import _create_grouped_mm_output_tensor
+
+    op = torch.ops.aten._grouped_mm.default
+    original = meta_table.get(op)
+    if original is None or _META_LIB is not None:
+        return
+
+    def stand_in(t):
+        if t.dtype not in (torch.float32, torch.float16):
+            return t
+        scale = t.element_size() // 2
+        strides = [s if s == 1 else s * scale for s in t.stride()]
+        return torch.empty_strided(t.shape, strides, dtype=torch.bfloat16, device="meta")
+
+    def meta(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+        dtypes = (mat_a.dtype, mat_b.dtype)
+        if dtypes == (torch.bfloat16, torch.bfloat16) or mat_a.dtype != mat_b.dtype:
+            return original(mat_a, mat_b, offs=offs, bias=bias, out_dtype=out_dtype)
+        torch._check(out_dtype in (None, mat_a.dtype),
+                     lambda: f"If output dtype provided, it must be the inputs' ({mat_a.dtype}).")
+        original(stand_in(mat_a), stand_in(mat_b), offs=offs, bias=bias)
+        return _create_grouped_mm_output_tensor(mat_a, mat_b, offs, out_dtype)
+
+    # Three places hold it: the dispatcher's Meta kernel, the Python dispatcher's (Dynamo traces
+    # with it) and the table fake tensors consult.
+    _META_LIB = torch.library.Library("aten", "IMPL", "Meta")
+    _META_LIB.impl(op, meta)
+    op.py_kernels[torch._C.DispatchKey.Meta] = meta
+    op._dispatch_cache.clear()
+    meta_table[op] = meta
+
+
 def install() -> None:
     tensor_printing()
     linear_cross_entropy_defaults()
@@ -518,3 +562,4 @@ def install() -> None:
     dynamo_function_names_when_logged()
     dynamo_backend_registered_once()
     process_group_timeouts()
+    grouped_mm_meta_dtypes()

@@ -5,10 +5,11 @@ experts or kernel and expects the platform to register its own (`register_oot`).
 would otherwise run first calls a CUDA kernel (`_moe_C.topk_softmax`), so this method is
 "monolithic": it takes the router logits and does the routing and the experts in neuron ops.
 
-Every local expert runs on every token and the outputs are summed with the routing weights (zero
-for experts a token did not pick). The shapes then depend on the token count alone: no host
-synchronisation to learn which tokens went where, and one compiled program per bucket. The cost
-is compute in proportion to the experts, not to top-k.
+Each token runs through the top-k experts it picked, and no others: its k (token, expert) pairs
+are sorted by expert on the device, each expert's rows are found by a search in the sorted
+experts, and `torch._grouped_mm` multiplies each expert's rows by its weights. Every shape is
+(tokens * k, ...) whatever the routing, so nothing waits for the host to learn which tokens went
+where, and a compiled program serves every routing of its token count.
 """
 
 import torch
@@ -47,8 +48,8 @@ def _unsupported(layer) -> str | None:
     return None
 
 
-def route(layer, x: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
-    """Each token's weight for each expert, [tokens, experts] in float32 (zero where not picked)."""
+def route(layer, x: torch.Tensor, router_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each token's top-k experts and their weights: ([tokens, k] float32, [tokens, k] int64)."""
     logits = router_logits.float()
     if layer.custom_routing_function is not None:
         weights, ids = layer.custom_routing_function(x, logits, layer.top_k, layer.renormalize)
@@ -57,7 +58,19 @@ def route(layer, x: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
         weights, ids = scores.topk(layer.top_k, dim=-1)
         if layer.renormalize:
             weights = weights / weights.sum(-1, keepdim=True)
-    return torch.zeros_like(logits).scatter_(1, ids.long(), weights.float())
+    return weights.float(), ids.long()
+
+
+def _by_expert(layer, x: torch.Tensor, router_logits: torch.Tensor):
+    """The (token, expert) pairs sorted by expert: each pair's token and routing weight, its
+    expert, and where each expert's rows end (the offsets `_grouped_mm` takes)."""
+    weights, ids = route(layer, x, router_logits)
+    k = ids.shape[1]
+    # A stable sort keeps each expert's tokens in token order, as a loop over experts takes them.
+    experts, order = ids.reshape(-1).sort(stable=True)
+    # Not bincount: its length depends on the largest id, a value, so sizing it would wait.
+    ends = torch.searchsorted(experts, torch.arange(layer.w13_weight.shape[0], device=x.device), right=True)
+    return order // k, weights.reshape(-1)[order], experts, ends.to(torch.int32)
 
 
 @UnquantizedFusedMoEMethod.register_oot
@@ -70,17 +83,19 @@ class NeuronFusedMoEMethod(UnquantizedFusedMoEMethod):
         problem = _unsupported(layer)
         if problem is not None:
             raise NotImplementedError(f"neuron: vLLM's fused MoE with {problem} is not supported yet")
-        combine = route(layer, x, router_logits).to(x.dtype)  # [tokens, experts]
-        # [experts, tokens, 2 * intermediate] (gate then up) or [experts, tokens, intermediate]
-        h = torch.matmul(x, layer.w13_weight.transpose(1, 2))
+        tokens, weights, experts, ends = _by_expert(layer, x, router_logits)
+        rows = x.index_select(0, tokens)  # [tokens * k, hidden], grouped by expert
+        # [tokens * k, 2 * intermediate] (gate then up) or [tokens * k, intermediate]
+        h = torch._grouped_mm(rows, layer.w13_weight.transpose(1, 2), offs=ends)
         if self.moe.has_bias:
-            h = h + layer.w13_bias[:, None, :]
+            h = h + layer.w13_bias.index_select(0, experts)
         if layer.activation in _GATED:
             gate, up = h.chunk(2, dim=-1)
             h = _GATED[layer.activation](gate) * up
         else:
             h = _PLAIN[layer.activation](h)
-        out = torch.matmul(h, layer.w2_weight.transpose(1, 2))  # [experts, tokens, hidden]
+        out = torch._grouped_mm(h, layer.w2_weight.transpose(1, 2), offs=ends)  # [tokens * k, hidden]
         if self.moe.has_bias:
-            out = out + layer.w2_bias[:, None, :]
-        return (out * combine.t()[:, :, None]).sum(0)
+            out = out + layer.w2_bias.index_select(0, experts)
+        out = out * weights.to(out.dtype)[:, None]
+        return torch.zeros_like(x).index_add_(0, tokens, out)
