@@ -184,3 +184,27 @@ def test_device_print_checks_its_arguments():
 
     with pytest.raises(Exception, match="prefix is a str"):
         nki.simulate(bad)(torch.ones(2, 2))
+
+
+# --- copies in wide words ----------------------------------------------------------------------
+@nki.jit
+def spread_copy(x):
+    """[N, H] read as [128, N, H/128] and written back the same way (nki-library's norm layout):
+    runs of H/128 elements on both sides."""
+    n, h = x.shape
+    h1 = h // 128
+    out = nl.ndarray((n, h), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, n, h1), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x.ap([[h1, 128], [h, n], [1, h1]]))
+    nisa.dma_copy(dst=out.ap([[h1, 128], [h, n], [1, h1]]), src=t)
+    return out
+
+
+@pytest.mark.parametrize("h", [128 * 8, 128 * 4, 128 * 3, 128])
+def test_a_copy_keeps_every_bit_whatever_words_it_moves(h):
+    bits = torch.randint(-(1 << 15), 1 << 15, (64, h), dtype=torch.int16)
+    bits[::3, ::5] = 0x7F81  # bfloat16 NaNs with a payload, and -0
+    bits[1::3, ::7] = -(1 << 15)
+    x = bits.view(torch.bfloat16)
+    assert torch.equal(nki.simulate(spread_copy)(x).view(torch.int16), bits)
+    assert torch.equal(spread_copy(x.to("neuron")).cpu().view(torch.int16), bits)

@@ -113,7 +113,11 @@ at::Tensor as_words(const at::Tensor& t, int64_t width) {
   }
   sizes[last] = t.size(last) * item / width;
   strides[last] = 1;
-  const at::ScalarType word = width == 8 ? at::kLong : width == 4 ? at::kInt : at::kShort;
+  // 16-byte words travel as complex doubles: copy_ moves them without arithmetic, every bit kept.
+  const at::ScalarType word = width == 16  ? at::kComplexDouble
+                              : width == 8 ? at::kLong
+                              : width == 4 ? at::kInt
+                                           : at::kShort;
   return make_cpu_tensor(t.storage(), c10::scalarTypeToTypeMeta(word), sizes, strides,
                          t.storage_offset() * item / width);
 }
@@ -122,7 +126,7 @@ at::Tensor as_words(const at::Tensor& t, int64_t width) {
 
 bool copy(const at::Tensor& dst, const at::Tensor& src) {
   if (dst.scalar_type() != src.scalar_type() || !dst.sizes().equals(src.sizes()) || dst.dim() == 0) return false;
-  for (int64_t width : {8, 4, 2}) {
+  for (int64_t width : {16, 8, 4, 2}) {
     if (width <= static_cast<int64_t>(dst.element_size())) break;  // no wider than what copy_ moves already
     const at::Tensor d = as_words(dst, width), s = as_words(src, width);
     if (d.defined() && s.defined()) {

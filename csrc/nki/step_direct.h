@@ -19,8 +19,8 @@ bool writable(const at::Tensor& dst);
 // other ops, dtypes or shapes.
 bool binary(int64_t op, const at::Tensor& dst, const at::Tensor& a, const at::Tensor& b);
 
-// dst = src for tensors of one dtype and one shape, moving the widest integer words (8, 4 or 2
-// bytes) that both layouts allow: a DMA's rows are runs of a few elements (an access pattern's
+// dst = src for tensors of one dtype and one shape, moving the widest words (16, 8, 4 or 2 bytes)
+// that both layouts allow: a DMA's rows are runs of a few elements (an access pattern's
 // innermost [1, n]), and the copy kernel's cost is per element. False (nothing done) otherwise.
 bool copy(const at::Tensor& dst, const at::Tensor& src);
 
