@@ -305,10 +305,16 @@ void execute(Memory& mem, const Step& s, int team) {
       const bool a_scalar = s.i[1] != 0, b_scalar = s.i[2] != 0;
       const bool integral = s.i[3] != 0;
       size_t next = 1;
-      if (direct_flag(s, 4) && !integral && o[0].space != kReg) {
+      // A register destination is a fresh fp32 tensor, apart from everything by construction.
+      const bool to_reg = o[0].space == kReg;
+      if (!integral && (to_reg || direct_flag(s, 4))) {
         const at::Tensor da = a_scalar ? at::scalar_tensor(s.f[0], at::kFloat) : mem.view(o[next]);
         const at::Tensor db = b_scalar ? at::scalar_tensor(s.f[1], at::kFloat) : mem.view(o[a_scalar ? 1 : 2]);
-        if (direct::binary(s.i[0], mem.view(o[0]), da, db)) return;
+        const at::Tensor dst = to_reg ? at::empty(o[0].sizes, at::kFloat) : mem.view(o[0]);
+        if (direct::binary(s.i[0], dst, da, db)) {
+          if (to_reg) mem.write(o[0], dst);
+          return;
+        }
       }
       const at::Tensor a = operand_or_scalar(mem, s, a_scalar ? 0 : next++, a_scalar, s.f[0], integral);
       at::Tensor b = operand_or_scalar(mem, s, b_scalar ? 0 : next++, b_scalar, s.f[1], integral);
@@ -533,9 +539,12 @@ void Program::run(const std::vector<at::Tensor>& hbm) const {
   const Threads one(1);
   Memory mem(hbm, constants_, sbuf_row_, psum_row_, registers_);
   for (const Step& s : steps_) {
-    // A scan's loop costs several times a copy's per element: its team pays off on smaller tiles.
+    // A step's work is its largest operand's (a reduction reads more than it writes). A scan's
+    // loop costs several times a copy's per element: its team pays off on smaller tiles.
     const int64_t team_at = s.op == kScan ? kTeamElements / 8 : kTeamElements;
-    const bool big = s.op != kMatmul && !s.operands.empty() && numel(s.operands[0]) >= team_at;
+    int64_t largest = 0;
+    for (const Operand& o : s.operands) largest = std::max(largest, numel(o));
+    const bool big = s.op != kMatmul && largest >= team_at;
     const Threads threads(big ? one.saved() : 1);
     execute(mem, s, one.saved());
   }

@@ -294,11 +294,14 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
                    cycles=max(MIN_II, data.free_size))
         return
     check(reduce_op is None or reduce_op is nl.add, "op", "activation's reduce_op must be nl.add", ins)
-    y = trace.reg(data.shape)
+    # The reduction reads the activation's fp32 values: an fp32 dst holds them as they are (unless
+    # it steps 0 along a dim, keeping one of several), so it serves as the intermediate.
+    in_dst = dst.dtype == torch.float32 and all(st != 0 or n == 1 for n, st in zip(dst.shape, dst.strides))
+    y = dst if in_dst else trace.reg(data.shape)
     part = trace.reg((data.shape[0], 1))
     acc = ("reg", T.ACCUMULATOR, (data.shape[0], 1))
-    steps = [(T.ACTIVATE, [y, *operands], flags, values), (T.COPY, [dst, y], [], []),
-             (T.REDUCE, [part, y], [0, 0, 1], [])]
+    steps = [(T.ACTIVATE, [y, *operands], flags, values)] + ([] if in_dst else [(T.COPY, [dst, y], [], [])]) + \
+        [(T.REDUCE, [part, y], [0, 0, 1], [])]
     cmd = reduce_cmd if reduce_cmd not in (None, reduce_cmd.idle) else reduce_cmd.reset_reduce
     if cmd == reduce_cmd.reset:
         steps.append((T.BINARY, [acc, part], [2, 0, 1, 0], [0.0, 0.0]))

@@ -313,8 +313,8 @@ class Trace:
         p = self.profile
         if any(ins.phase for ins in self.instrs):
             self._interleave_phases()
-        rows = {SBUF: self._place(SBUF, p.sbuf_partition_bytes, _ALIGN),
-                PSUM: self._place(PSUM, p.psum_partition_bytes, _profile.PSUM_BANK_BYTES)}
+        rows = {SBUF: _arena_row(self._place(SBUF, p.sbuf_partition_bytes, _ALIGN)),
+                PSUM: _arena_row(self._place(PSUM, p.psum_partition_bytes, _profile.PSUM_BANK_BYTES))}
         order = {"arg": 0, "out": 1, "scratch": 2}
         self.hbm = sorted((s for s in self.storages if s.buffer in (HBM, SHARED_HBM)),
                           key=lambda s: (order[s.role[0]], s.role[1], s.id))
@@ -339,6 +339,15 @@ class Trace:
         program = _C._NkiProgram(name, steps, self.constants, rows[SBUF], rows[PSUM], REGISTERS, io)
         PROGRAMS[program.serial] = self
         return program
+
+
+def _arena_row(used: int) -> int:
+    """The host arena's bytes per partition row: what the tiles use (the capacity check is done),
+    rounded up to an odd number of 64-byte cache lines. A row of a power of two (8 KiB is common)
+    puts the same element of every partition in one cache set, and a step streaming several
+    partitions at once (a scan, a transpose) then misses in L1 on every access."""
+    lines = max(1, -(-used // 64))
+    return (lines + 1 - lines % 2) * 64
 
 
 def _largest(dtype):
