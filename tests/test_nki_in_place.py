@@ -208,3 +208,50 @@ def test_a_copy_keeps_every_bit_whatever_words_it_moves(h):
     x = bits.view(torch.bfloat16)
     assert torch.equal(nki.simulate(spread_copy)(x).view(torch.int16), bits)
     assert torch.equal(spread_copy(x.to("neuron")).cpu().view(torch.int16), bits)
+
+
+# --- forwarded DMAs (a tile read once takes its HBM source in place) -----------------------------
+@nki.jit
+def source_rewritten(x):
+    """t's source in HBM is overwritten before t is read: t must hold what the DMA moved."""
+    p, f = x.shape
+    scratch = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.shared_hbm)
+    out = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=scratch, src=x)
+    t = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=scratch)
+    zeros = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.memset(zeros, 0.0)
+    nisa.dma_copy(dst=scratch, src=zeros)
+    y = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=y, data=t, op0=nl.add, operand0=1.0)
+    nisa.dma_copy(dst=out, src=y)
+    return out
+
+
+def read_once(x):
+    """Each loaded tile is read by one instruction: every load is forwarded."""
+    p, f = x.shape
+    out = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    y = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.activation(dst=y, op=nl.exp, data=t, scale=0.5)
+    nisa.dma_copy(dst=out, src=y)
+    return out
+
+
+def test_a_forwarded_dma_gives_its_reader_what_it_moved(monkeypatch):
+    from torch_neuronx.nki import _fuse
+
+    x = torch.randn(128, 64)
+    assert torch.equal(nki.simulate(source_rewritten)(x), x + 1.0)
+    assert torch.equal(source_rewritten(x.to("neuron")).cpu(), x + 1.0)
+    # The forwarding is what runs for read_once: its load moves nothing.
+    seen, original = [], _fuse.forwarded_copies
+    monkeypatch.setattr(_fuse, "forwarded_copies", lambda instrs, skip: seen.append(original(instrs, skip)) or seen[-1])
+    kernel = nki.jit(read_once)
+    got = nki.simulate(kernel)(x)
+    torch.testing.assert_close(got, torch.exp(x * 0.5))
+    assert torch.equal(kernel(x.to("neuron")).cpu(), got)
+    assert seen and any(steps == [] for steps in seen[0].values())

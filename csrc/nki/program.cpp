@@ -7,10 +7,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <map>
 #include <sstream>
 #include <utility>
 
@@ -400,7 +398,7 @@ void execute(Memory& mem, const Step& s, int team) {
       return;
     }
     case kScan: {
-      const at::Tensor init = s.i[4] ? mem.view(o[3]) : at::scalar_tensor(s.f[0], at::kFloat);
+      const at::Tensor init = s.i[4] ? mem.view(o[3]) : at::Tensor();  // undefined: the immediate f0
       at::Tensor rows;
       if (direct_flag(s, 5) && o[0].space != kReg && o[0].dtype == at::kFloat) rows = dense_rows(mem.view(o[0]));
       const at::Tensor r = scan(mem.view(o[1]), mem.view(o[2]), init, s, rows);

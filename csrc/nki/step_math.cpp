@@ -273,16 +273,21 @@ at::Tensor scan(const at::Tensor& data0, const at::Tensor& data1, const at::Tens
   // A one-row operand (a constant of the lowering) serves every partition.
   const at::Tensor a = fp32_rows(data0), b = fp32_rows(data1);
   const int64_t parts = std::max(a.size(0), b.size(0)), n = a.size(1), op0 = s.i[0], op1 = s.i[1];
-  const at::Tensor init = initial.reshape({-1}).to(at::kFloat).expand({parts}).contiguous();
+  // Each partition's first value: the immediate, or its element of a column (read in place when
+  // fp32: a scan per tile of a long row carries the last column over, and ATen ops to gather it
+  // would cost more than the column).
+  std::vector<float> init(static_cast<size_t>(parts), static_cast<float>(s.f[0]));
+  if (initial.defined() && initial.scalar_type() == at::kFloat && initial.dim() >= 1 && initial.numel() == parts) {
+    const float* column = initial.const_data_ptr<float>();
+    for (int64_t p = 0; p < parts; ++p) init[p] = column[p * initial.stride(0)];
+  } else if (initial.defined()) {
+    const at::Tensor v = initial.reshape({-1}).to(at::kFloat).expand({parts}).contiguous();
+    std::copy_n(v.const_data_ptr<float>(), parts, init.begin());
+  }
   if (!out.defined()) out = at::empty({parts, n}, at::kFloat);
-  const ScanRows rows{a.const_data_ptr<float>(),
-                      b.const_data_ptr<float>(),
-                      init.const_data_ptr<float>(),
-                      out.mutable_data_ptr<float>(),
-                      a.size(0) == 1 ? 0 : a.stride(0),
-                      b.size(0) == 1 ? 0 : b.stride(0),
-                      out.stride(0),
-                      n};
+  const ScanRows rows{
+      a.const_data_ptr<float>(),        b.const_data_ptr<float>(),        init.data(),   out.mutable_data_ptr<float>(),
+      a.size(0) == 1 ? 0 : a.stride(0), b.size(0) == 1 ? 0 : b.stride(0), out.stride(0), n};
   const bool rev0 = s.i[2] != 0, rev1 = s.i[3] != 0, linear = op0 == 2 && op1 == 0;
   constexpr int64_t kLanes = 8;
   at::parallel_for(0, (parts + kLanes - 1) / kLanes, 1, [&](int64_t begin, int64_t end) {

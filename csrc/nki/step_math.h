@@ -24,7 +24,8 @@ at::Tensor fp32(const at::Tensor& t);
 void matmul(const at::Tensor& dst, const at::Tensor& st, const at::Tensor& mv, bool accumulate);
 float alu(int64_t op, float a, float b);
 at::Tensor fp32_rows(const at::Tensor& t);
-// The scan's result, written to `out` ([P, n] fp32 rows, each dense) if defined, else to a fresh one.
+// The scan's result, written to `out` ([P, n] fp32 rows, each dense) if defined, else to a fresh one;
+// `initial` undefined starts every partition from the step's immediate.
 at::Tensor scan(const at::Tensor& data0, const at::Tensor& data1, const at::Tensor& initial, const Step& s,
                 at::Tensor out = {});
 

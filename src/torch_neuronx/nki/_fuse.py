@@ -1,4 +1,7 @@
-"""One host GEMM for a matmul accumulation group whose result is only rounded to its operands' 16-bit
+"""Steps the executor runs in place of an instruction's own, the instructions (their rules, their
+costs) staying as traced: matmul groups and forwarded copies.
+
+One host GEMM for a matmul accumulation group whose result is only rounded to its operands' 16-bit
 dtype: a run of consecutive `nc_matmul`s into one PSUM tile (the first opening the group, the rest
 accumulating), read next by a single `tensor_copy` into a bf16/fp16 tile and by nothing else before
 the tile is written again. The PE array sums in fp32 and the copy rounds once; the host's 16-bit
@@ -66,3 +69,40 @@ def _consumed_once(instrs, start, dst, dtype) -> bool:
         elif writes:
             return True
     return copied
+
+
+def forwarded_copies(instrs, skip) -> dict:
+    """{instruction index: the steps that replace its own} for every DMA from HBM into an on-chip
+    tile that one later instruction reads and nothing else uses: the reader takes the DMA's source view in
+    place of the tile, and the DMA moves nothing. The same values arrive (one dtype, one shape, and
+    nothing writes the source in between); a copy pass of the tile's size is saved. Instructions
+    in `skip` (a fused group's) are left as they are."""
+    from . import _trace as T
+
+    out = {}
+    for i, ins in enumerate(instrs):
+        if i in skip or i in out or ins.name != "dma_copy" or len(ins.steps) != 1 or ins.steps[0][0] != T.COPY:
+            continue
+        dst, src = ins.steps[0][1]
+        # From HBM only: an on-chip source's tile would have to live on to the reader, and the
+        # allocator has already placed tiles by their traced lifetimes.
+        if not (isinstance(dst, NkiTensor) and isinstance(src, NkiTensor)) or not dst.on_chip or src.on_chip:
+            continue
+        if (dst.dtype != src.dtype or dst.shape != src.shape
+                or any(t.dynamic is not None or t.vector is not None for t in (dst, src))):
+            continue
+        st = dst.storage
+        uses = (k for k in range(i + 1, len(instrs)) if any(s is st for s, _, _ in instrs[k].reads + instrs[k].writes))
+        j = next(uses, None)
+        if j is None or j in skip or j in out or st.last != j or any(s is st for s, _, _ in instrs[j].writes):
+            continue
+        views = [o for step in instrs[j].steps for o in step[1] if isinstance(o, NkiTensor) and o.storage is st]
+        if not views or any(_key(o) != _key(dst) or o.dtype != dst.dtype for o in views):
+            continue
+        lo, hi = T._span(src)
+        if any(_overlaps(instrs[k].writes, src.storage, lo, hi) for k in range(i + 1, j + 1)):
+            continue
+        out[i] = []
+        out[j] = [(op, [src if isinstance(o, NkiTensor) and o.storage is st else o for o in operands], ints, floats)
+                  for op, operands, ints, floats in instrs[j].steps]
+    return out

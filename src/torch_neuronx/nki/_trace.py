@@ -327,6 +327,7 @@ class Trace:
                 poison.setdefault(st.first, []).append(st)
         steps = []
         fused = _fuse.groups(self.instrs)
+        fused.update(_fuse.forwarded_copies(self.instrs, skip=fused))
         for i, ins in enumerate(self.instrs):
             for st in poison.get(i, ()):
                 value = 0.0 if not self.strict else math.nan if st.dtype.is_floating_point else \
