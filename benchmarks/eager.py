@@ -60,6 +60,9 @@ def compare(make, iters):
 
 def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; neuron = {torch.neuron.get_device_name()}")
+    if LOOP_ONLY:
+        graph_replay()
+        return
     print(f"\nper-op overhead (µs/op, lower is better; best of {ROUNDS} rounds, each device in its own process)")
     print(f"{'op':<22}{'cpu':>10}{'neuron':>10}{'ratio':>8}  target <= 1.0")
     ops = {"add": lambda a, b: (lambda: a + b), "mul": lambda a, b: (lambda: a * b),
@@ -193,16 +196,21 @@ def graph_replay():
     print(f"concatenation on: {concat_ops:.0f} ops concatenated and {concat_tasks:.1f} queue tasks per loop")
 
 
+# --loop: only the 200-op small-tensor loop (eager, concatenation on, graph replay).
+LOOP_ONLY = "--loop" in sys.argv
+
+
 def run():
     global MEASURING
-    if len(sys.argv) == 3 and sys.argv[1] == "--measure":
-        MEASURING = sys.argv[2]
+    args = [a for a in sys.argv[1:] if a != "--loop"]
+    if len(args) == 2 and args[0] == "--measure":
+        MEASURING = args[1]
         with contextlib.redirect_stdout(io.StringIO()):
             main()
         print(json.dumps(RESULTS[MEASURING]))
         return
     for device in RESULTS:
-        RESULTS[device] = rerun(__file__, "--measure", device)
+        RESULTS[device] = rerun(__file__, "--measure", device, *(["--loop"] if LOOP_ONLY else []))
     main()
 
 

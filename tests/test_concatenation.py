@@ -305,3 +305,17 @@ def test_the_setting_turns_it_on_and_a_bad_value_is_an_error():
     assert on == "True" and int(hits) >= 1
     r = run_python("import torch_neuronx", env={"TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT": "0"})
     assert r.returncode != 0 and "TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT" in r.stderr
+
+
+def test_a_segment_longer_than_the_queue_ring(concat):
+    """A new segment of more tasks than the queue has slots (512) is queued task by task while the
+    worker frees slots (it once waited for a worker nobody had woken)."""
+    x, w = torch.randn(256, device="neuron"), torch.randn(256, device="neuron") * 0.01
+
+    def three_loops():
+        return small_loop(small_loop(small_loop(x, w), w), w)  # 600 ops, no sync between
+
+    ref, _ = off(three_loops)
+    out, n_tasks = hot(three_loops)
+    same(out, ref)
+    assert n_tasks <= 2 and stats()[0] >= 1

@@ -107,6 +107,8 @@ uint64_t Queue::place_locked(const char* name, bool container, const trace::Orig
   slot.origin = origin;
   const uint64_t seq = submitted_.load(std::memory_order_relaxed) + 1;
   submitted_.store(seq, std::memory_order_seq_cst);
+  // Now, not after the segment: a segment longer than the ring waits for the worker to free slots.
+  wake_worker();
   return seq;
 }
 

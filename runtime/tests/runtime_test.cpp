@@ -502,3 +502,17 @@ TEST(Concat, BufferLimitClosesTheSegment) {
   EXPECT_EQ(ran.load(), 4);
   Queue::set_concat_limit(1024);
 }
+
+TEST(Concat, ASegmentLongerThanTheRingRuns) {
+  Queue::reset_concat_stats();
+  Queue q({"concat", false, nullptr, nullptr});
+  std::atomic<int> ran{0};
+  for (int pass = 0; pass < 2; ++pass) {  // new (task by task, more tasks than slots), then seen
+    for (size_t i = 0; i < Queue::kSlots * 2 + 3; ++i) q.defer("k", [&ran] { ++ran; }, 1, nullptr);
+    q.synchronize();
+  }
+  EXPECT_EQ(ran.load(), static_cast<int>(Queue::kSlots * 2 + 3) * 2);
+  // The limit (1024, twice the ring) closes each pass's segment once: 1024 tasks, then 3.
+  EXPECT_EQ(Queue::concat_stats().segments_built, 2u);
+  EXPECT_EQ(Queue::concat_stats().segments_hit, 2u);
+}
