@@ -70,7 +70,10 @@ void Queue::set_concat_limit(size_t tasks) { concat_state().limit = std::max<siz
 
 void Queue::set_concatenated_hook(void (*hook)(void* tag)) { concat_state().hook = hook; }
 
+std::atomic<Queue*> Queue::segment_owner_{nullptr};
+
 void Queue::defer_gathered(Gathered g, uint64_t key, void* tag) {
+  close_other_segment();
   std::unique_lock<std::mutex> lock(submit_mu_);
   if (stop_.load(std::memory_order_relaxed)) {
     g.destroy(g.fn);
@@ -84,6 +87,7 @@ void Queue::defer_gathered(Gathered g, uint64_t key, void* tag) {
   }
   deferred_key_ = fold(deferred_key_, key);
   has_deferred_.store(true, std::memory_order_release);
+  segment_owner_.store(this, std::memory_order_release);
   if (deferred_.size() < concat_state().limit.load(std::memory_order_relaxed)) return;
   flush_deferred_locked();
   lock.unlock();
@@ -118,6 +122,8 @@ void Queue::flush_deferred_locked() {
   const uint64_t key = fold(deferred_key_, segment.size());
   deferred_key_ = 0;
   has_deferred_.store(false, std::memory_order_release);
+  Queue* self = this;
+  segment_owner_.compare_exchange_strong(self, nullptr, std::memory_order_acq_rel);
   if (segment.empty()) return;
   auto& c = concat_state();
   bool seen = false;

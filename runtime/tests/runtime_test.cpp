@@ -516,3 +516,16 @@ TEST(Concat, ASegmentLongerThanTheRingRuns) {
   EXPECT_EQ(Queue::concat_stats().segments_built, 2u);
   EXPECT_EQ(Queue::concat_stats().segments_hit, 2u);
 }
+
+TEST(Concat, WorkForAnotherQueueQueuesTheOpenSegment) {
+  Queue a({"a", false, nullptr, nullptr}), b({"b", false, nullptr, nullptr});
+  const uint64_t before = a.last_submitted();
+  a.defer("held", [] {}, 1, nullptr);
+  EXPECT_EQ(a.last_submitted(), before);
+  b.defer("other", [] {}, 1, nullptr);  // another queue's segment opens: a's is queued first
+  EXPECT_EQ(a.last_submitted(), before + 1);
+  a.submit("plain", [] {});
+  EXPECT_EQ(b.last_submitted(), 1u);  // and work for a queues b's
+  a.synchronize();
+  b.synchronize();
+}

@@ -219,8 +219,17 @@ class Queue {
     void* tag;
   };
   void defer_gathered(Gathered g, uint64_t key, void* tag);
-  void flush_deferred_locked();                                  // under submit_mu_: queues the buffered segment
-  void wake_worker();                                            // after queuing without publish_locked
+  void flush_deferred_locked();  // under submit_mu_: queues the buffered segment
+  void wake_worker();            // after queuing without publish_locked
+  // At most one queue of the process holds an open segment: work for any other queue first
+  // queues it, so deferring never reorders tasks across streams or devices against the order the
+  // host issued them (eager code that reads another stream's result without an event, racy on
+  // CUDA, finds it queued as early as without concatenation). No lock of this queue is held.
+  static std::atomic<Queue*> segment_owner_;
+  void close_other_segment() {
+    Queue* o = segment_owner_.load(std::memory_order_acquire);
+    if (o != nullptr && o != this) o->submit_gathered();
+  }
   static void run_in_order(const std::vector<Gathered>& tasks);  // a concatenated task's body
   uint64_t place_locked(const char* name, bool container, const trace::Origin& origin, void* fn, void (*call)(void*),
                         void (*destroy)(void*));
@@ -237,6 +246,7 @@ class Queue {
     using T = std::decay_t<F>;
     const bool traced = trace::on();
     trace::Origin origin = traced ? trace::origin_now() : trace::Origin{};
+    close_other_segment();
     std::unique_lock<std::mutex> lock(submit_mu_);
     if (!deferred_.empty()) flush_deferred_locked();  // a deferred segment runs before this task
     Slot& slot = reserve_locked();
