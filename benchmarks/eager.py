@@ -60,6 +60,9 @@ def compare(make, iters):
 
 def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; neuron = {torch.neuron.get_device_name()}")
+    if LOOP_ONLY:
+        graph_replay()
+        return
     print(f"\nper-op overhead (µs/op, lower is better; best of {ROUNDS} rounds, each device in its own process)")
     print(f"{'op':<22}{'cpu':>10}{'neuron':>10}{'ratio':>8}  target <= 1.0")
     ops = {"add": lambda a, b: (lambda: a + b), "mul": lambda a, b: (lambda: a * b),
@@ -149,7 +152,8 @@ def small_loop(x, w):
 
 
 def graph_replay():
-    """A 200-op small-tensor loop: eager on CPU, eager on neuron, and neuron replaying a NeuronGraph."""
+    """A 200-op small-tensor loop: eager on CPU, eager on neuron (concatenation off and on), and
+    neuron replaying a NeuronGraph."""
     def make(device):
         x, w = torch.randn(256, device=device), torch.randn(256, device=device) * 0.01
         return lambda: small_loop(x, w)
@@ -162,24 +166,51 @@ def graph_replay():
             small_loop(x, w)
         return min(timed(g.replay, "neuron", 20) for _ in range(ROUNDS))
 
+    def concatenated():
+        """Eager with concatenation on (torch_neuronx.set_concatenation): the segments a warm-up
+        builds run as one queue task each after it. Returns (seconds per loop, ops concatenated per
+        loop, queue tasks per loop)."""
+        x, w = torch.randn(256, device="neuron"), torch.randn(256, device="neuron") * 0.01
+        was = torch_neuronx.set_concatenation(True)
+        try:
+            timed(lambda: small_loop(x, w), "neuron", 20)  # first calls, then segments built
+            timed(lambda: small_loop(x, w), "neuron", 20)
+            torch_neuronx.reset_op_counts()
+            tasks = torch_neuronx._C._tasks_submitted(0)
+            best = min(timed(lambda: small_loop(x, w), "neuron", 20) for _ in range(ROUNDS))
+            loops = 20 * ROUNDS
+            tasks = (torch_neuronx._C._tasks_submitted(0) - tasks) / loops
+            ops = sum(c["concatenated"] for c in torch_neuronx.op_counts().values()) / loops
+            return best, ops, tasks
+        finally:
+            torch_neuronx.set_concatenation(was)
+
     r = compare(make, 20)
     replay = value("neuron", replayed)
+    concat, concat_ops, concat_tasks = value("neuron", concatenated, other=(math.nan, 0, 0))
     print("\n200-op small-tensor loop (µs per loop, lower is better; target <= 1.0 eager)")
-    print(f"{'':<26}{'µs':>10}{'vs CPU':>8}")
-    for name, t in (("CPU eager", r["cpu"]), ("neuron eager", r["neuron"]), ("neuron graph replay", replay)):
-        print(f"{name:<26}{t * 1e6:>10.1f}{t / r['cpu']:>8.2f}")
+    print(f"{'':<34}{'µs':>10}{'vs CPU':>8}")
+    for name, t in (("CPU eager", r["cpu"]), ("neuron eager", r["neuron"]),
+                    ("neuron eager, concatenation on", concat), ("neuron graph replay", replay)):
+        print(f"{name:<34}{t * 1e6:>10.1f}{t / r['cpu']:>8.2f}")
+    print(f"concatenation on: {concat_ops:.0f} ops concatenated and {concat_tasks:.1f} queue tasks per loop")
+
+
+# --loop: only the 200-op small-tensor loop (eager, concatenation on, graph replay).
+LOOP_ONLY = "--loop" in sys.argv
 
 
 def run():
     global MEASURING
-    if len(sys.argv) == 3 and sys.argv[1] == "--measure":
-        MEASURING = sys.argv[2]
+    args = [a for a in sys.argv[1:] if a != "--loop"]
+    if len(args) == 2 and args[0] == "--measure":
+        MEASURING = args[1]
         with contextlib.redirect_stdout(io.StringIO()):
             main()
         print(json.dumps(RESULTS[MEASURING]))
         return
     for device in RESULTS:
-        RESULTS[device] = rerun(__file__, "--measure", device)
+        RESULTS[device] = rerun(__file__, "--measure", device, *(["--loop"] if LOOP_ONLY else []))
     main()
 
 

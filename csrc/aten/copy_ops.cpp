@@ -18,7 +18,8 @@ namespace {
 const bool described = (typed_op("aten::copy_",
                                  "a transfer: a copy task on the stream (a memcpy when both layouts "
                                  "are contiguous and alike); from or to pageable host memory the caller waits for it. "
-                                 "Counted in bytes by torch.neuron.transfer_stats(), not as an op"),
+                                 "Counted in bytes by torch.neuron.transfer_stats(), not as an op")
+                            .concatenable = false,
                         true);
 
 bool memcpy_able(const at::Tensor& a, const at::Tensor& b) {

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "exec/executor.h"
+#include "pipeline/first_call.h"
 #include "pipeline/op_record.h"
 
 namespace torch_neuronx {
@@ -57,14 +58,16 @@ inline bool launch_fast(OpRecord& rec, FastOp op, const at::Tensor& out, const a
   void* o = out.mutable_data_ptr();
   const void* x = a.const_data_ptr();
   const void* y = b.const_data_ptr();
-  launch(out.device().index(), rec.name.c_str(), [op, o, x, y, n, dtype] {
+  const auto loop = [op, o, x, y, n, dtype] {
     if (dtype == at::kFloat) {
       fast_loop(op, static_cast<float*>(o), static_cast<const float*>(x), static_cast<const float*>(y), n);
     } else {
       fast_loop(op, static_cast<c10::BFloat16*>(o), static_cast<const c10::BFloat16*>(x),
                 static_cast<const c10::BFloat16*>(y), n);
     }
-  });
+  };
+  // The loop cannot fail: every call may be concatenated, keyed by the op and the dtype.
+  launch_queued(out.device().index(), rec, reinterpret_cast<uintptr_t>(&rec) * 31 + static_cast<uint64_t>(dtype), loop);
   return true;
 }
 

@@ -57,6 +57,8 @@ void check_args(const at::Tensor& self, int64_t bins, const at::Scalar& min, con
               self.scalar_type(), " is not supported");
 }
 
+const bool histc_not_concatenable = (histc_rec.concatenable = histc_out_rec.concatenable = false, true);
+
 void launch_histc(OpRecord& rec, const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max,
                   const at::Tensor& out) {
   rec.count(Mode::kAsync);

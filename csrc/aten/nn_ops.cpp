@@ -102,7 +102,9 @@ OpRecord& zero_rec = typed_op("aten::zero_", "a fill task on the stream");
 Tensor& fill_with(OpRecord& rec, Tensor& self, const Scalar& value) {
   rec.count(Mode::kAsync);
   if (self.numel() == 0) return self;
-  launch(self.device().index(), rec.name.c_str(), [d = TensorDesc::of(self), value] { d.view().fill_(value); });
+  launch_queued(self.device().index(), rec,
+                reinterpret_cast<uintptr_t>(&rec) * 31 + static_cast<uint64_t>(self.scalar_type()),
+                [d = TensorDesc::of(self), value] { d.view().fill_(value); });
   return self;
 }
 

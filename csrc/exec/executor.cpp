@@ -1,5 +1,6 @@
 #include "exec/executor.h"
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/util/Exception.h>
@@ -83,6 +84,12 @@ struct WorkerSetup {
 }  // namespace
 
 std::atomic<bool> worker_warnings_pending{false};
+
+std::atomic<bool> concatenation_enabled{false};
+
+bool concatenating() {
+  return concatenation_enabled.load(std::memory_order_relaxed) && !at::globalContext().deterministicAlgorithms();
+}
 
 void raise_worker_warnings() {
   std::vector<c10::Warning> warnings;

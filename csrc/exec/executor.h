@@ -38,6 +38,34 @@ void launch(c10::DeviceIndex device, const char* name, F&& fn) {
   });
 }
 
+// Eager op concatenation (TORCH_NEURONX_ENABLE_CONCATENATION=1, or set_concatenation): an op's
+// task is deferred into its stream's open segment (Queue::defer) instead of queued, and a segment
+// seen before runs as one queue task. Off, an op pays this one relaxed load.
+extern std::atomic<bool> concatenation_enabled;
+// Enabled, and not turned off for this call: deterministic algorithms run op by op, as on Trainium.
+bool concatenating();
+
+// `launch` for a concatenable op's task: `key` is its signature (the op, its arguments' dtypes,
+// ranks, layouts and sharing), `tag` what the queue's concatenated hook counts it under.
+template <class F>
+void launch_concatenable(c10::DeviceIndex device, const char* name, uint64_t key, void* tag, F&& fn) {
+  if (!concatenating()) {
+    launch(device, name, std::forward<F>(fn));
+    return;
+  }
+  if (C10_UNLIKELY(worker_warnings_pending.load(std::memory_order_relaxed))) raise_worker_warnings();
+  auto& q = current_queue(device);
+  checked([&] {
+    q.defer(
+        name,
+        [f = std::forward<F>(fn)]() mutable {
+          ViewScope views;
+          f();
+        },
+        key, tag);
+  });
+}
+
 // Runs `fn` as a task on the current stream of `device` and waits for it. CPU memory the kernel
 // allocates comes from the device (kernel_alloc.h); its warnings are raised again on the calling
 // thread; its exception reaches the caller with its kind.

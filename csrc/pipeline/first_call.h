@@ -78,13 +78,30 @@ class Signature : public WordKey<16> {
 bool known_signature(const Signature& sig);
 void ran_cleanly(Signature sig);
 
+// Queues the task of a call that raises nothing at the call (its kernel cannot fail there):
+// concatenated when concatenation is on (executor.h), under `key`.
+template <class F>
+void launch_queued(c10::DeviceIndex device, OpRecord& rec, uint64_t key, F&& fn) {
+  if (C10_UNLIKELY(concatenation_enabled.load(std::memory_order_relaxed))) {
+    launch_concatenable(device, rec.name.c_str(), key, &rec, std::forward<F>(fn));
+  } else {
+    launch(device, rec.name.c_str(), std::forward<F>(fn));
+  }
+}
+
 // Queues `fn` on `device`'s current stream, or, for the first call of its signature, runs it
 // there and waits, so its error raises here (counted on the record as a first-call wait).
 template <class F>
 void launch_op(c10::DeviceIndex device, OpRecord& rec, Signature sig, F&& fn) {
   // A capture records the call for its replays: nothing runs now, so nothing to wait for.
   if (known_signature(sig) || current_queue(device).capturing()) {
-    launch(device, rec.name.c_str(), std::forward<F>(fn));
+    // A call whose signature ran cleanly may be concatenated; a first call may not: it waits for
+    // its kernel, closing the open segment.
+    if (C10_UNLIKELY(concatenation_enabled.load(std::memory_order_relaxed))) {
+      launch_concatenable(device, rec.name.c_str(), sig.hash(), &rec, std::forward<F>(fn));
+    } else {
+      launch(device, rec.name.c_str(), std::forward<F>(fn));
+    }
     return;
   }
   rec.first_waits.fetch_add(1, std::memory_order_relaxed);

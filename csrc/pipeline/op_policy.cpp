@@ -569,6 +569,15 @@ std::string explain(const std::string& name) {
           << r->calls[2].load();
       if (const int64_t w = r->first_waits.load())
         out << " (" << w << " async calls waited: the first of their signature)";
+      if (r->mode == Mode::kAsync && r->concatenable) {
+        out << "; concatenable: with concatenation on, its async calls that do not wait join the stream's "
+               "segment ("
+            << r->concatenated.load() << " ran concatenated)";
+      } else {
+        out << "; not concatenable ("
+            << (r->mode != Mode::kAsync ? "its calls do not run async" : "its task is queued outside the op pipeline")
+            << ")";
+      }
       if (!r->typed) out << " (meta kernel asked " << r->meta_calls.load() << " times)";
       if (r->nki_source.load())
         out << "; TORCH_NEURONX_KERNELS=nki: calls whose shapes and dtypes fit run the NKI library kernel "

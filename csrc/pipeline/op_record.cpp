@@ -2,6 +2,8 @@
 
 #include <unordered_map>
 
+#include "neuronrt/queue.h"
+
 namespace torch_neuronx {
 namespace {
 
@@ -14,6 +16,12 @@ Registry& registry() {
   static auto* r = new Registry();  // leaked: records outlive every op call, even at exit
   return *r;
 }
+
+// A concatenated task's ops are counted when its segment is queued (tags are records).
+const bool counts_concatenated = (neuronrt::Queue::set_concatenated_hook([](void* tag) {
+                                    static_cast<OpRecord*>(tag)->concatenated.fetch_add(1, std::memory_order_relaxed);
+                                  }),
+                                  true);
 
 }  // namespace
 
@@ -76,6 +84,7 @@ void OpRecord::reset_counts() {
   for (auto& c : calls) c.store(0, std::memory_order_relaxed);
   first_waits.store(0, std::memory_order_relaxed);
   nki_calls.store(0, std::memory_order_relaxed);
+  concatenated.store(0, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& m : reasons_) m.clear();
 }

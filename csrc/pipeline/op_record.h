@@ -61,6 +61,11 @@ struct OpRecord {
   std::string nki_kernel;  // which kernel, for explain(); written before nki_source is set
   std::atomic<int64_t> nki_calls{0};
 
+  // Whether its async calls may be concatenated (executor.h): false for a typed kernel whose task
+  // is queued otherwise (a transfer, histc's counting loop).
+  bool concatenable = true;
+  std::atomic<int64_t> concatenated{0};  // async calls that ran inside one concatenated task
+
   std::array<std::atomic<int64_t>, 3> calls{};
   // Async calls that waited for their kernel: the first of each signature (pipeline/first_call.h).
   std::atomic<int64_t> first_waits{0};

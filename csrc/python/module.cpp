@@ -225,15 +225,44 @@ PYBIND11_MODULE(_C, m) {
     launch(current_device(), "neuron::sleep",
            [ms] { std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms)); });
   });
-  // {op: (async, sync, copy, first_waits)} of ops with at least one call.
+  // {op: (async, sync, copy, first_waits, concatenated)} of ops with at least one call.
   m.def("_op_counts", [] {
     py::dict out;
     for (OpRecord* r : all_records()) {
       const int64_t a = r->calls[0].load(), s = r->calls[1].load(), c = r->calls[2].load();
-      if (a || s || c) out[py::str(r->name)] = py::make_tuple(a, s, c, r->first_waits.load());
+      if (a || s || c) out[py::str(r->name)] = py::make_tuple(a, s, c, r->first_waits.load(), r->concatenated.load());
     }
     return out;
   });
+  // Eager op concatenation (executor.h, Queue::defer).
+  m.def("_configure_concatenation", [] {
+    checked([] {
+      concatenation_enabled.store(neuronrt::config::flag("TORCH_NEURONX_ENABLE_CONCATENATION"));
+      neuronrt::Queue::set_concat_limit(static_cast<size_t>(
+          neuronrt::config::integer("TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT", 1024, 1, 1 << 20)));
+    });
+  });
+  m.def("_set_concatenation", [](bool on) {
+    // Turning it off closes every open segment, so no task waits in a buffer nobody fills.
+    concatenation_enabled.store(on);
+    if (!on && neuronrt::Runtime::started()) {
+      for (c10::DeviceIndex d = 0; d < device_count(); ++d) {
+        if (!runtime().usable(d)) continue;
+        for (neuronrt::Queue* q : checked([&] { return runtime().queues_of(d); }))
+          checked([&] { q->submit_gathered(); });
+      }
+    }
+  });
+  m.def("_concatenation_enabled", [] { return concatenation_enabled.load(); });
+  m.def("_set_concatenation_limit", [](int64_t n) {
+    TORCH_CHECK_VALUE(n >= 1, "neuron: the concatenation buffer limit must be at least 1 op, not ", n);
+    neuronrt::Queue::set_concat_limit(static_cast<size_t>(n));
+  });
+  m.def("_concat_stats", [] {
+    const auto s = neuronrt::Queue::concat_stats();
+    return py::make_tuple(s.segments_built, s.segments_hit, s.tasks_concatenated);
+  });
+  m.def("_reset_concat_stats", [] { neuronrt::Queue::reset_concat_stats(); });
   // {op: {mode: {reason: calls}}} for the sync and copy calls.
   m.def("_op_reasons", [] {
     py::dict out;

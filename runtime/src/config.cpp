@@ -37,6 +37,10 @@ const std::vector<Setting>& all() {
       {"TORCH_NEURONX_OP_POLICY", "",
        "per-op overrides of how boxed ops run: 'aten::op=sync,aten::other.overload=copy' (async, sync or copy); "
        "an op with a typed kernel, or composite, is refused"},
+      {"TORCH_NEURONX_ENABLE_CONCATENATION", "0",
+       "1: eager op concatenation: a stream's consecutive async ops form a segment, and a segment seen before "
+       "runs as one queue task (off under torch.use_deterministic_algorithms)"},
+      {"TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT", "1024", "the most ops one concatenation segment holds"},
       {"TORCH_NEURONX_CACHE_DIR", "",
        "where compiled programs are cached (default: $XDG_CACHE_HOME/torch_neuronx, else ~/.cache/torch_neuronx)"},
       {"TORCH_NEURONX_CACHE_SIZE", "10GiB",

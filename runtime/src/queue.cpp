@@ -5,6 +5,7 @@
 #include <deque>
 #include <map>
 #include <stdexcept>
+#include <unordered_set>
 
 #include "neuronrt/cores.h"
 
@@ -223,6 +224,40 @@ void Queue::end_program() {
 void Queue::submit_gathered() {
   Program* open = program();
   if (open != nullptr && open->queue == this) open->close();
+  if (!has_deferred_.load(std::memory_order_acquire)) return;
+  std::unique_lock<std::mutex> lock(submit_mu_);
+  flush_deferred_locked();
+  lock.unlock();
+  wake_worker();
+}
+
+// The tasks of a concatenated segment, in order, as one queue task (queue_concat.cpp). A task
+// that fails does not stop the others, as on the queue each would have run; the first failure is
+// the task's error and names the op that raised it.
+void Queue::run_in_order(const std::vector<Gathered>& tasks) {
+  std::exception_ptr first;
+  const char* failed = nullptr;
+  for (const auto& t : tasks) {
+    try {
+      t.run(*tls_current, nullptr);
+    } catch (...) {
+      if (!first) {
+        first = std::current_exception();
+        failed = tls_failed_task;
+      }
+    }
+  }
+  if (first) {
+    tls_failed_task = failed;
+    std::rethrow_exception(first);
+  }
+}
+
+void Queue::wake_worker() {
+  if (worker_sleeping_.load(std::memory_order_seq_cst)) {
+    std::lock_guard<std::mutex> guard(mu_);
+    work_cv_.notify_one();
+  }
 }
 
 struct Queue::Graph {
@@ -313,6 +348,7 @@ Queue::~Queue() { shutdown(); }
 void Queue::shutdown() {
   std::lock_guard<std::mutex> submitting(submit_mu_);
   if (!worker_.joinable()) return;
+  if (!deferred_.empty()) flush_deferred_locked();  // deferred work runs, as queued work does
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_.store(true);

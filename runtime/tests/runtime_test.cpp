@@ -434,3 +434,98 @@ TEST(Runtime, SanitizerCatchesHostAccessOutsideTasks) {
   sigaction(SIGSEGV, &old, nullptr);
   EXPECT_TRUE(caught);
 }
+
+// Concatenation (Queue::defer): a segment seen before runs as one task; order is kept whatever
+// closes the segment.
+TEST(Concat, SeenSegmentRunsAsOneTaskInOrder) {
+  Queue::reset_concat_stats();
+  Queue q({"concat", false, nullptr, nullptr});
+  std::vector<int> order;
+  for (int pass = 0; pass < 2; ++pass) {
+    const uint64_t before = q.last_submitted();
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(q.defer("k", [&order, i] { order.push_back(i); }, 7, nullptr), 0u);
+    EXPECT_EQ(q.last_submitted(), before);  // held in the open segment
+    q.synchronize();
+    EXPECT_EQ(q.last_submitted(), before + (pass == 0 ? 5 : 1));  // new: task by task; seen: one task
+  }
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4, 0, 1, 2, 3, 4}));
+  const auto s = Queue::concat_stats();
+  EXPECT_EQ(s.segments_built, 1u);
+  EXPECT_EQ(s.segments_hit, 1u);
+  EXPECT_EQ(s.tasks_concatenated, 5u);
+}
+
+TEST(Concat, AnotherThreadsTaskRunsAfterTheSegment) {
+  Queue q({"concat", false, nullptr, nullptr});
+  std::vector<int> order;
+  q.defer("a", [&order] { order.push_back(1); }, 1, nullptr);
+  std::thread([&] { q.submit("b", [&order] { order.push_back(2); }); }).join();
+  q.synchronize();
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+}
+
+TEST(Concat, FailureNamesItsTaskAndTheOthersRun) {
+  Queue::reset_concat_stats();
+  Queue q({"concat", false, nullptr, nullptr});
+  int after = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    q.defer("fine", [] {}, 1, nullptr);
+    q.defer(
+        "bad",
+        [pass] {
+          if (pass == 1) throw std::runtime_error("boom");
+        },
+        2, nullptr);
+    q.defer("later", [&after] { ++after; }, 3, nullptr);
+    if (pass == 0) q.synchronize();
+  }
+  try {
+    q.synchronize();
+    ADD_FAILURE() << "no error";
+  } catch (const TaskError& e) {
+    EXPECT_NE(std::string(e.what()).find("'bad'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("boom"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(after, 2);
+  EXPECT_EQ(Queue::concat_stats().segments_hit, 1u);
+}
+
+TEST(Concat, BufferLimitClosesTheSegment) {
+  Queue::reset_concat_stats();
+  Queue::set_concat_limit(2);
+  Queue q({"concat", false, nullptr, nullptr});
+  std::atomic<int> ran{0};
+  const uint64_t before = q.last_submitted();
+  for (int i = 0; i < 4; ++i) q.defer("k", [&ran] { ++ran; }, 1, nullptr);
+  EXPECT_EQ(q.last_submitted(), before + 3);  // a new segment of two, then the same one again
+  q.synchronize();
+  EXPECT_EQ(ran.load(), 4);
+  Queue::set_concat_limit(1024);
+}
+
+TEST(Concat, ASegmentLongerThanTheRingRuns) {
+  Queue::reset_concat_stats();
+  Queue q({"concat", false, nullptr, nullptr});
+  std::atomic<int> ran{0};
+  for (int pass = 0; pass < 2; ++pass) {  // new (task by task, more tasks than slots), then seen
+    for (size_t i = 0; i < Queue::kSlots * 2 + 3; ++i) q.defer("k", [&ran] { ++ran; }, 1, nullptr);
+    q.synchronize();
+  }
+  EXPECT_EQ(ran.load(), static_cast<int>(Queue::kSlots * 2 + 3) * 2);
+  // The limit (1024, twice the ring) closes each pass's segment once: 1024 tasks, then 3.
+  EXPECT_EQ(Queue::concat_stats().segments_built, 2u);
+  EXPECT_EQ(Queue::concat_stats().segments_hit, 2u);
+}
+
+TEST(Concat, WorkForAnotherQueueQueuesTheOpenSegment) {
+  Queue a({"a", false, nullptr, nullptr}), b({"b", false, nullptr, nullptr});
+  const uint64_t before = a.last_submitted();
+  a.defer("held", [] {}, 1, nullptr);
+  EXPECT_EQ(a.last_submitted(), before);
+  b.defer("other", [] {}, 1, nullptr);  // another queue's segment opens: a's is queued first
+  EXPECT_EQ(a.last_submitted(), before + 1);
+  a.submit("plain", [] {});
+  EXPECT_EQ(b.last_submitted(), 1u);  // and work for a queues b's
+  a.synchronize();
+  b.synchronize();
+}

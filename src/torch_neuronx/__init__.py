@@ -88,6 +88,7 @@ if _C._config_text("TORCH_NEURONX_KERNELS") not in ("", "cpu"):
 # Read once every kernel is registered, so an entry the policy cannot change (a typed kernel) is
 # refused at import, not at the first op.
 _C._check_op_policy()
+_C._configure_concatenation()  # a malformed setting is an error at import
 
 
 def _price_spans(ops):
@@ -99,14 +100,16 @@ def _price_spans(ops):
 
 _C._set_span_estimator(_price_spans)
 from .ops import (  # noqa: E402
+    concatenation_enabled,
     explain,
     op_counts,
     op_report,
     reset_op_counts,
+    set_concatenation,
 )
 
 __all__ = ["op_counts", "reset_op_counts", "explain", "op_report", "compile_stats", "reset_compile_stats", "nki_op",
-           "estimate"]
+           "estimate", "set_concatenation", "concatenation_enabled"]
 
 
 def __getattr__(name):

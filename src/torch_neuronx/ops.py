@@ -21,11 +21,13 @@ from __future__ import annotations
 from . import _C
 
 _MODES = ("async", "sync", "copy")
-_COUNTS = _MODES + ("first_waits",)
+_COUNTS = _MODES + ("first_waits", "concatenated")
 
 
 def op_counts(reasons: bool = False) -> dict:
-    """{op: {"async": n, "sync": n, "copy": n, "first_waits": n}} for every op called since the last reset.
+    """{op: {"async": n, "sync": n, "copy": n, "first_waits": n, "concatenated": n}} for every op
+    called since the last reset. "concatenated" counts the async calls that ran inside one
+    concatenated queue task (see set_concatenation).
 
     With reasons=True, ops with sync or copy calls also get "reasons": {mode: {why: calls}}.
     """
@@ -41,6 +43,26 @@ def reset_op_counts() -> None:
     _C._reset_op_counts()
 
 
+def set_concatenation(enabled: bool, buffer_limit: int | None = None) -> bool:
+    """Turns eager op concatenation on or off for the process (TORCH_NEURONX_ENABLE_CONCATENATION
+    sets it at import); returns whether it was on. On, the async ops a stream queues gather into a
+    segment that closes at anything else reaching the stream (a sync, a transfer, an op that does
+    not run async, another thread's work) or at `buffer_limit` ops
+    (TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT); a segment whose op sequence and argument
+    descriptors were seen before runs as one queue task, a new one op by op. Results, errors and
+    random draws are those of op-by-op execution. torch.use_deterministic_algorithms(True) turns
+    it off. Turning it off runs every open segment."""
+    was = _C._concatenation_enabled()
+    if buffer_limit is not None:
+        _C._set_concatenation_limit(int(buffer_limit))
+    _C._set_concatenation(bool(enabled))
+    return was
+
+
+def concatenation_enabled() -> bool:
+    return _C._concatenation_enabled()
+
+
 def explain(op: str) -> str:
     """How `op` ("aten::nonzero", or one overload: "aten::add.Tensor") runs on neuron, why, and
     its calls so far."""
@@ -51,12 +73,14 @@ def op_report() -> str:
     """A table of the counted ops, with the reasons of their sync and copy calls."""
     counts = op_counts(reasons=True)
     total = {m: sum(c[m] for c in counts.values()) for m in _COUNTS}
-    lines = [f"{'op':<56}{'async':>9}{'sync':>7}{'copy':>7}{'1st-wait':>9}"]
+    lines = [f"{'op':<56}{'async':>9}{'sync':>7}{'copy':>7}{'1st-wait':>9}{'concat':>9}"]
     for name in sorted(counts, key=lambda n: (-counts[n]["sync"] - counts[n]["copy"], -counts[n]["async"], n)):
         c = counts[name]
-        lines.append(f"{name:<56}{c['async']:>9}{c['sync']:>7}{c['copy']:>7}{c['first_waits']:>9}")
+        lines.append(f"{name:<56}{c['async']:>9}{c['sync']:>7}{c['copy']:>7}{c['first_waits']:>9}"
+                     f"{c['concatenated']:>9}")
         for mode, whys in c.get("reasons", {}).items():
             for why, n in whys.items():
                 lines.append(f"    {n} {mode}: {why}")
-    lines.append(f"{'total':<56}{total['async']:>9}{total['sync']:>7}{total['copy']:>7}{total['first_waits']:>9}")
+    lines.append(f"{'total':<56}{total['async']:>9}{total['sync']:>7}{total['copy']:>7}{total['first_waits']:>9}"
+                 f"{total['concatenated']:>9}")
     return "\n".join(lines)

@@ -94,6 +94,36 @@ class Queue {
   // Closes the calling thread's run in progress on this queue (nothing if there is none).
   void submit_gathered();
 
+  // Concatenation (the real backend's ConcatenationEngine, shaped for this queue): a task given
+  // to `defer` is held in this queue's buffer instead of queued. The buffer is a segment: it
+  // closes when anything else reaches the queue (a task from any thread, a program, a replay, an
+  // event, a wait: submit_gathered), or at the buffer limit. `key` describes the task (the torch
+  // layer's op signature); a closed segment whose keys were seen before, in that order, runs as
+  // ONE queue task, its tasks in order; a segment seen for the first time runs task by task, as
+  // if never deferred. Either way the tasks run in the order they were given, after everything
+  // queued before them and before everything queued after: only the number of hand-offs changes.
+  // `tag` is passed to the concatenated hook once for each task that ran in a concatenated task.
+  // While capturing, inside a program, or on a launch-blocking queue, `defer` is `submit`.
+  template <class F>
+  uint64_t defer(const char* name, F&& fn, uint64_t key, void* tag) {
+    if (capturing_.load(std::memory_order_acquire) || opts_.blocking) return submit(name, std::forward<F>(fn));
+    if (Program* p = program(); p != nullptr && p->queue == this) return submit(name, std::forward<F>(fn));
+    using T = std::decay_t<F>;
+    defer_gathered({new T(std::forward<F>(fn)), [](void* q) { (*static_cast<T*>(q))(); },
+                    [](void* q) { delete static_cast<T*>(q); }, name, traced_origin()},
+                   key, tag);
+    return 0;
+  }
+  struct ConcatStats {
+    uint64_t segments_built = 0;  // closed segments of two or more tasks seen for the first time
+    uint64_t segments_hit = 0;    // closed segments that ran as one task
+    uint64_t tasks_concatenated = 0;
+  };
+  static ConcatStats concat_stats();
+  static void reset_concat_stats();            // the counts, and the segments seen
+  static void set_concat_limit(size_t tasks);  // the buffer limit (at least 1)
+  static void set_concatenated_hook(void (*hook)(void* tag));
+
   // Stream capture, as CUDA's: between begin_capture and end_capture every task submitted to this
   // queue, from any thread, is recorded instead of run (submit returns 0). A graph's tasks stay
   // alive with it and run again at each replay, which queues them as ONE task. Whatever would wait
@@ -183,7 +213,27 @@ class Queue {
   // header: the TLS access then lives in one translation unit (sanitizers misread the other).
   static Program*& program();
   struct ProgramTask;  // the one task a program becomes
-  struct ReplayTask;   // the one task a graph replay becomes
+  struct ConcatTask;   // the one task a concatenated segment becomes
+  struct Deferred {
+    Gathered task;
+    void* tag;
+  };
+  void defer_gathered(Gathered g, uint64_t key, void* tag);
+  void flush_deferred_locked();  // under submit_mu_: queues the buffered segment
+  void wake_worker();            // after queuing without publish_locked
+  // At most one queue of the process holds an open segment: work for any other queue first
+  // queues it, so deferring never reorders tasks across streams or devices against the order the
+  // host issued them (eager code that reads another stream's result without an event, racy on
+  // CUDA, finds it queued as early as without concatenation). No lock of this queue is held.
+  static std::atomic<Queue*> segment_owner_;
+  void close_other_segment() {
+    Queue* o = segment_owner_.load(std::memory_order_acquire);
+    if (o != nullptr && o != this) o->submit_gathered();
+  }
+  static void run_in_order(const std::vector<Gathered>& tasks);  // a concatenated task's body
+  uint64_t place_locked(const char* name, bool container, const trace::Origin& origin, void* fn, void (*call)(void*),
+                        void (*destroy)(void*));
+  struct ReplayTask;  // the one task a graph replay becomes
   static trace::Origin traced_origin() {
     if (!trace::on()) return {};
     trace::Origin o = trace::origin_now();
@@ -196,7 +246,9 @@ class Queue {
     using T = std::decay_t<F>;
     const bool traced = trace::on();
     trace::Origin origin = traced ? trace::origin_now() : trace::Origin{};
+    close_other_segment();
     std::unique_lock<std::mutex> lock(submit_mu_);
+    if (!deferred_.empty()) flush_deferred_locked();  // a deferred segment runs before this task
     Slot& slot = reserve_locked();
     if constexpr (sizeof(T) <= kInlineBytes && alignof(T) <= alignof(std::max_align_t)) {
       new (slot.storage) T(std::forward<F>(fn));
@@ -235,7 +287,10 @@ class Queue {
 
   QueueOptions opts_;
   std::vector<Slot> slots_;
-  std::mutex submit_mu_;          // producers
+  std::mutex submit_mu_;            // producers
+  std::vector<Deferred> deferred_;  // the open concatenation segment, under submit_mu_
+  uint64_t deferred_key_ = 0;       // its signature so far, under submit_mu_
+  std::atomic<bool> has_deferred_{false};
   uint64_t known_completed_ = 0;  // guarded by submit_mu_
   mutable std::mutex mu_;         // sleeping, waiting and the error
   std::condition_variable work_cv_;

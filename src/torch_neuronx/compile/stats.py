@@ -184,17 +184,21 @@ def graph_recaptured() -> None:
 def compile_stats() -> dict:
     """{"graphs_compiled", "programs", "cache_hits", "cache_misses", "recompiles", "recompile_reasons",
     "graph_breaks", "recompile_limit_hits", "compile_seconds", "nki_traces", "nki_cache_hits",
-    "graph_fallbacks", "graph_recaptures"} since the process started or the last reset.
+    "graph_fallbacks", "graph_recaptures", "concat_segments_built", "concat_segments_hit",
+    "concat_ops"} since the process started or the last reset.
     graphs_compiled counts the graphs Dynamo traced; programs the static programs built from them
     (one per graph, or one per input signature of a symbolic graph); cache_hits and cache_misses are
     per program. nki_traces counts NKI kernels traced into a program (once per signature),
     nki_cache_hits the calls that reused one. graph_fallbacks maps each reason a
     mode="reduce-overhead" call ran without a graph to its calls; graph_recaptures counts graphs
-    captured again because a parameter moved (compile/graphed.py)."""
+    captured again because a parameter moved (compile/graphed.py). The concat_ counts are eager op
+    concatenation's (torch_neuronx.set_concatenation): segments of two or more ops seen for the first
+    time (run op by op), segments seen again (each run as one queue task), and the ops those ran."""
     with _lock:
         out = dict(_stats, recompile_reasons=list(_stats["recompile_reasons"]),
                    graph_fallbacks=dict(_stats["graph_fallbacks"]))
     out["graph_breaks"] = _graph_breaks() - _graph_break_baseline if "torch._dynamo" in sys.modules else 0
+    out["concat_segments_built"], out["concat_segments_hit"], out["concat_ops"] = _C._concat_stats()
     return out
 
 
@@ -203,3 +207,4 @@ def reset_compile_stats() -> None:
     with _lock:
         _stats = _fresh()
         _graph_break_baseline = _graph_breaks() if "torch._dynamo" in sys.modules else 0
+    _C._reset_concat_stats()
