@@ -74,7 +74,6 @@ def _usage() -> str:
 def _stand_in_dataset(where: Path) -> Path:
     """A c4-shaped json dataset ({"text": ...} per line), for checkouts whose tests/assets/c4_test is
     missing (a partial mirror): deterministic English text from this interpreter's own docstrings."""
-    import pydoc  # noqa: F401  (only to make sure the stdlib is importable here)
     import inspect
     import importlib
 
