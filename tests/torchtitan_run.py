@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 COMMIT = "2e962a1"  # the newest TorchTitan whose APIs torch 2.13 has
@@ -81,7 +82,10 @@ def _stand_in_dataset(where: Path) -> Path:
     for name in ["collections", "json", "argparse", "pathlib", "subprocess", "functools", "itertools",
                  "re", "os", "typing", "dataclasses", "logging", "unittest", "textwrap", "string"]:
         mod = importlib.import_module(name)
-        for obj in [mod] + [getattr(mod, a) for a in sorted(dir(mod)) if not a.startswith("_")]:
+        with warnings.catch_warnings():  # typing.io and typing.re warn when read
+            warnings.simplefilter("ignore", DeprecationWarning)
+            objs = [mod] + [getattr(mod, a) for a in sorted(dir(mod)) if not a.startswith("_")]
+        for obj in objs:
             doc = inspect.getdoc(obj)
             if doc and len(doc) > 200:
                 texts.append(doc)
