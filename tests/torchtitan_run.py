@@ -85,10 +85,7 @@ def _stand_in_dataset(where: Path) -> Path:
         with warnings.catch_warnings():  # typing.io and typing.re warn when read
             warnings.simplefilter("ignore", DeprecationWarning)
             objs = [mod] + [getattr(mod, a) for a in sorted(dir(mod)) if not a.startswith("_")]
-        for obj in objs:
-            doc = inspect.getdoc(obj)
-            if doc and len(doc) > 200:
-                texts.append(doc)
+            texts += [d for d in map(inspect.getdoc, objs) if d and len(d) > 200]
     path = where / "c4_stand_in"
     path.mkdir(parents=True, exist_ok=True)
     with open(path / "data.json", "w") as f:
