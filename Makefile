@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.requirements-stamp
 RT_BUILD := build/runtime-tests
 RT_CMAKE := -G Ninja -DNEURONX_BUILD_EXTENSION=OFF -DNEURONX_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all sysdeps venv install lint runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile bench-collectives bench-nki nki-library bench-cost-model bench-vllm bench-moe conformance hf-matrix hf-model-tests hf-model-tests-run upstream-tests clean
+.PHONY: all sysdeps venv install lint runtime-tests test test-runtime test-runtime-sanitizers test-python demo bench bench-e2e bench-compile bench-collectives bench-nki nki-library torchtitan bench-cost-model bench-vllm bench-moe conformance hf-matrix hf-model-tests hf-model-tests-run upstream-tests clean
 
 all: install
 
@@ -103,6 +103,13 @@ bench-nki: install
 # PyTorch references: make nki-library NKILIB=/path/to/nki-library. Without one it says so and passes.
 nki-library: install
 	$(PY) tests/nki_library.py $(NKILIB)
+
+# TorchTitan's Llama 3 debug model trained on neuron (1 process, FSDP 2, TP 2) against the same
+# runs on CPU/gloo, from a checkout you give (nothing is fetched; TorchTitan needs torchdata, tyro,
+# spmd_types, tensorboard and triton): make torchtitan TITAN=/path/to/torchtitan. Without one it
+# says how to get one and passes.
+torchtitan: install
+	$(PY) tests/torchtitan_run.py $(TITAN)
 
 # The whole OpInfo database on neuron against CPU (long; progress on stderr). Report in
 # conformance-report/; fails on a regression or a stale expected failure.

@@ -199,3 +199,23 @@ def test_generate_returns_the_cpus_cache_length_patch():
 
     assert getattr(gen.GenerationMixin.generate, "_neuron", False), "patch generate_static_cache_programs: " \
         "generate is not wrapped (the cache it returns would keep the rounded length)"
+
+
+
+def test_set_pg_timeout_warning_names_the_callers_line():
+    """A group neither neuron's nor one PyTorch can retime (TorchTitan makes a "fake" one) keeps
+    PyTorch's warning, naming the line that called _set_pg_timeout as it does without us."""
+    code = ("import datetime, warnings, torch, torch.distributed as dist\n"
+            "from torch.testing._internal.distributed.fake_pg import FakeStore\n"
+            "dist.init_process_group('fake', store=FakeStore(), rank=0, world_size=2)\n"
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always')\n"
+            "    dist.distributed_c10d._set_pg_timeout(datetime.timedelta(seconds=5))\n"
+            "print(repr([(x.filename, x.lineno, str(x.message)) for x in w]))\n")
+    seen = {}
+    for autoload in ("0", "1"):
+        out = run_python(code, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": autoload})
+        assert out.returncode == 0, out.stderr
+        seen[autoload] = out.stdout.strip().splitlines()[-1]
+    assert seen["1"] == seen["0"], f"with torch_neuronx {seen['1']}, without {seen['0']}"
+    assert "('<string>', 6, 'Set timeout is now only supported for either nccl or gloo.')" in seen["1"]

@@ -7,6 +7,7 @@ import functools
 import importlib.abc
 import importlib.util
 import sys
+import warnings
 
 import torch
 
@@ -490,17 +491,26 @@ def process_group_timeouts() -> None:
         if getattr(original, "_neuron", False):
             return
 
+        def pytorchs(timeout, group):
+            # PyTorch's warning for a group it cannot reach (a "fake" one, say) names the
+            # caller's line (stacklevel=2); from here it would name this file instead.
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                original(timeout, group)
+            for w in caught:
+                warnings.warn(w.message, w.category, stacklevel=3)
+
         @functools.wraps(original)
         def set_pg_timeout(timeout, group=None):
             pg = group if group is not None else c10d._get_default_group()
             neuron = torch.device("neuron")
             if c10d._rank_not_in_group(pg) or neuron not in pg._device_types:
-                return original(timeout, group)
+                return pytorchs(timeout, group)
             from . import _C
 
             _C._set_process_group_timeout(pg._get_backend(neuron), timeout)
             if any(d != neuron for d in pg._device_types):  # "cpu:gloo,neuron:neuron": gloo's too
-                original(timeout, group)
+                pytorchs(timeout, group)
 
         set_pg_timeout._neuron = True
         c10d._set_pg_timeout = set_pg_timeout
