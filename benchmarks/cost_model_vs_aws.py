@@ -1,13 +1,17 @@
-"""The cost model (torch_neuronx.report, trn2 profile) against every inference figure AWS published
-for Trainium2 that names its configuration, rebuilt from configs on the meta device: nothing is
-downloaded.
+"""The cost model (torch_neuronx.report) against every inference figure AWS published for Trainium
+that names its configuration, rebuilt from configs on the meta device: nothing is downloaded.
+
+Trn2 rows are NxDI's and vLLM-on-Neuron's published runs; Trn1 rows are the Trn1 inference
+performance tables (transformers-neuronx, TP=32, batch 1 to 8, inputs of 128 to 8192 tokens),
+priced on the validation-only trn1 profile, which is never a device.
 
 A row is one published figure: a TTFT, a TPOT, an end-to-end latency or an output throughput of one
 configuration (model, concurrent requests, input and output tokens, logical cores). The ratio is
 estimated time / published time (a throughput row: published tok/s / estimated tok/s), so below 1
-the model is optimistic. Rows are listed metric by metric and every third row is held out of the fit
-of the latency constants (cost_constants.py, kind "fitted") and reported separately. `--fit`
-searches those constants on the training rows only (one value per hardware, never per row).
+the model is optimistic. Rows are listed metric by metric per hardware and every third row is held
+out of the fit of that hardware's latency constants (cost_constants.py, kind "fitted") and reported
+separately. `--fit` searches those constants on the training rows only (one value per hardware,
+never per row).
 """
 import argparse
 import json
@@ -19,6 +23,7 @@ import time
 
 import numpy as np
 
+import aws_trn1_figures
 from torch_neuronx import cost_constants, report
 
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_key_value_heads": 8,
@@ -66,14 +71,15 @@ TOSS = SDK + "vllm-neuron/docs/tutorials/tutorial-eagle3-speculative-decoding-gp
 TDSV3 = ("https://github.com/aws-neuron/neuronx-distributed-inference/blob/main/contrib/models/DeepSeek-V3/README.md "
          "(NxDI contrib port, SDK 2.28, benchmark_sampling p50; BF16)")
 # The published configurations: (model, concurrent requests, input tokens, output tokens, logical
-# cores, served: through an HTTP server, whose TTFT holds a request's admission, or NxDI's own loop).
+# cores, served: through an HTTP server, whose TTFT holds a request's admission, or the library's own
+# loop, profile).
 CONFIGS = {
-    "70B": ("Llama-3.3-70B", 1, 10000, 1500, 64, True),
-    "405B": ("Llama-3.1-405B", 1, 10000, 1500, 64, True),
-    "8B": ("Llama-3.1-8B", 2, 512, 128, 8, True),
-    "Qwen3": ("Qwen3-32B", 1, 128, 558, 64, True),  # 512 asked; the run reports 558 tokens out per request
-    "GPT-OSS": ("GPT-OSS-120B", 1, 512, 128, 16, True),
-    "DSV3": ("DeepSeek-V3", 1, 256, 256, 64, False),
+    "70B": ("Llama-3.3-70B", 1, 10000, 1500, 64, True, "trn2"),
+    "405B": ("Llama-3.1-405B", 1, 10000, 1500, 64, True, "trn2"),
+    "8B": ("Llama-3.1-8B", 2, 512, 128, 8, True, "trn2"),
+    "Qwen3": ("Qwen3-32B", 1, 128, 558, 64, True, "trn2"),  # 512 asked; the run reports 558 tokens out per request
+    "GPT-OSS": ("GPT-OSS-120B", 1, 512, 128, 16, True, "trn2"),
+    "DSV3": ("DeepSeek-V3", 1, 256, 256, 64, False, "trn2"),
 }
 # (configuration, metric, published value: ms, or tok/s for "tok/s", source). Metric by metric, so
 # the held-out third (every third row) holds each kind of figure.
@@ -85,6 +91,12 @@ PUBLISHED = [
     ("70B", "tok/s", 36.0, T70), ("405B", "tok/s", 25.46, T405), ("8B", "tok/s", 184.44, T8),
     ("Qwen3", "tok/s", 102.3, TQWEN), ("GPT-OSS", "tok/s", 112.13, TOSS), ("DSV3", "E2E", 7057.0, TDSV3),
 ]
+# Trn1's tables give a TTFT and a TPOT per row (their throughput is the two combined): TTFTs first.
+MODELS.update(aws_trn1_figures.MODELS)
+for _i, (_model, _batch, _inp, _out, _, _, _src) in enumerate(aws_trn1_figures.ROWS):
+    CONFIGS[f"trn1-{_i}"] = (_model, _batch, _inp, _out, 32, False, "trn1")
+for _metric, _column in (("TTFT", 4), ("TPOT", 5)):
+    PUBLISHED += [(f"trn1-{i}", _metric, row[_column], row[6]) for i, row in enumerate(aws_trn1_figures.ROWS)]
 
 
 # Why a row misses, where it was looked into (printed for the worst row).
@@ -100,30 +112,45 @@ WHY = {
     "19.6 ms) = 49.7 tok/s, not the 36 it publishes: its LLMPerf throughput counts time the TTFT and TPOT do "
     "not, so no per-request estimate can meet all three",
 }
-FITTED = ("kernel_launch_us", "neuronlink_ring_bytes_per_s", "step_overhead_us", "request_overhead_us")
+# The constants --fit searches, per hardware: a latency constant stays out where no row can tell it
+# from the others (trn1's rows serve no request).
+FITTED = {"trn2": ("kernel_launch_us", "neuronlink_ring_bytes_per_s", "step_overhead_us", "request_overhead_us"),
+          "trn1": ("kernel_launch_us", "neuronlink_ring_bytes_per_s", "step_overhead_us", "neuronlink_hop_us")}
+AXES = {"kernel_launch_us": [i * 0.5 for i in range(25)],
+        "neuronlink_ring_bytes_per_s": [i * 5e9 for i in range(2, 41)],
+        "step_overhead_us": [i * 250.0 for i in range(41)],
+        "request_overhead_us": [i * 2500.0 for i in range(61)],
+        "neuronlink_hop_us": [i * 2.0 for i in range(41)]}
 
 
 def _label(config: str, metric: str) -> str:
-    model, conc, seq, out, cores, _ = CONFIGS[config]
-    return f"{model} c{conc} in{seq} out{out} TP{cores} {metric}"
+    model, conc, seq, out, cores, _, profile = CONFIGS[config]
+    return f"{model} {'c' if profile == 'trn2' else 'b'}{conc} in{seq} out{out} TP{cores} {metric}"
 
 
-def estimates() -> dict:
-    """Per configuration: (prompt ms, its counts, token ms, its counts, seconds the estimate took)."""
+def profile_of(row) -> str:
+    return CONFIGS[row[3]][6]
+
+
+def estimates(keys=None) -> dict:
+    """Per configuration: (prompt ms, its counts, token ms, its counts, seconds the estimate took).
+    The token is priced at the mean context of the run's decode steps."""
+    keys = set(keys) if keys is not None else {row[0] for row in PUBLISHED}
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for key, (model, conc, seq, _, cores, served) in CONFIGS.items():
-            if not any(row[0] == key for row in PUBLISHED):
+        for key, (model, conc, seq, n_out, cores, served, profile) in CONFIGS.items():
+            if key not in keys:
                 continue
             path = os.path.join(tmp, model)
             os.makedirs(path, exist_ok=True)
             with open(os.path.join(path, "config.json"), "w") as f:
                 json.dump(MODELS[model], f)
             t0 = time.perf_counter()
-            r = report.assess(path, batch=conc, seq=seq, generate=1, devices=cores)["estimate"]["trn2"]
+            r = report.assess(path, batch=conc, seq=seq, generate=n_out, devices=cores, profiles=(profile,),
+                              check_compile=False)["estimate"][profile]
             prompt_ms, counts = r["first_seconds"] * 1e3, dict(r["counts"]["prompt"])
-            if not served:  # NxDI's own loop times the model's executions: no request is admitted
-                prompt_ms -= counts["requests"] * cost_constants.value("trn2", "request_overhead_us") * 1e-3
+            if not served:  # the library's own loop times the model's executions: no request is admitted
+                prompt_ms -= counts["requests"] * cost_constants.value(profile, "request_overhead_us") * 1e-3
                 counts["requests"] = 0
             out[key] = (prompt_ms, counts, r["token_seconds"] * 1e3, r["counts"]["token"], time.perf_counter() - t0)
     return out
@@ -131,7 +158,7 @@ def estimates() -> dict:
 
 def _time(metric: str, config: str, prompt_ms, token_ms, published: float):
     """(estimated, published) as times in ms per request (a throughput row: ms per token served)."""
-    _, conc, _, out, _, _ = CONFIGS[config]
+    _, conc, _, out, _, _, _ = CONFIGS[config]
     if metric == "TTFT":
         return prompt_ms, published
     if metric == "TPOT":
@@ -153,39 +180,55 @@ def rows(est: dict | None = None) -> list:
     return out
 
 
-def _repriced(ms: float, counts: dict, values: dict):
+def split(table: list) -> tuple:
+    """(training rows, held-out rows): every third row of each hardware's is held out."""
+    train, held = [], []
+    for profile in ("trn2", "trn1"):
+        mine = [r for r in table if profile_of(r) == profile]
+        train += [r for i, r in enumerate(mine) if i % 3 != 2]
+        held += [r for i, r in enumerate(mine) if i % 3 == 2]
+    return train, held
+
+
+def _repriced(ms: float, counts: dict, values: dict, profile: str = "trn2"):
     """A phase's estimate with the fitted constants at `values` (numbers or arrays) instead of the
-    table's: each multiplies a count the estimate reports (ops, ring bytes, steps, requests)."""
-    c = cost_constants.CONSTANTS["trn2"]
-    delta = (counts["ops"] * (values["kernel_launch_us"] - c["kernel_launch_us"].value)
-             + counts["steps"] * (values["step_overhead_us"] - c["step_overhead_us"].value)
-             + counts["requests"] * (values["request_overhead_us"] - c["request_overhead_us"].value)) * 1e-3
-    ring = counts["ring_bytes"] * (1 / values["neuronlink_ring_bytes_per_s"]
-                                   - 1 / c["neuronlink_ring_bytes_per_s"].value) * 1e3
-    return ms + delta + ring
+    table's: each multiplies a count the estimate reports (ops, steps, requests, ring bytes, hops
+    over the torus); a constant `values` leaves out keeps the table's value."""
+    c = cost_constants.CONSTANTS[profile]
+
+    def delta(name):
+        return values[name] - c[name].value if name in values else 0.0
+
+    us = (counts["ops"] * delta("kernel_launch_us") + counts["steps"] * delta("step_overhead_us")
+          + counts["requests"] * delta("request_overhead_us") + counts.get("hops", 0) * delta("neuronlink_hop_us"))
+    ring = 0.0
+    if "neuronlink_ring_bytes_per_s" in values:
+        ring = counts["ring_bytes"] * (1 / values["neuronlink_ring_bytes_per_s"]
+                                       - 1 / c["neuronlink_ring_bytes_per_s"].value) * 1e3
+    return ms + us * 1e-3 + ring
 
 
-def fit(train: list, est: dict) -> dict:
-    """The fitted constants minimising the training rows' absolute log error over a grid (one value
-    per constant for the hardware: no per-row term). Absolute, not squared: squared error let one
-    row far off its roofline (GPT-OSS-120B's TTFT, 5x) set the per-request overhead for all."""
-    axes = {"kernel_launch_us": np.arange(0, 17) * 0.25,
-            "neuronlink_ring_bytes_per_s": np.arange(4, 41) * 5e9,
-            "step_overhead_us": np.arange(0, 41) * 250.0,
-            "request_overhead_us": np.arange(0, 61) * 2500.0}
-    mesh = np.meshgrid(*axes.values(), indexing="ij")
-    values = {k: m.ravel() for k, m in zip(axes, mesh)}
-    err = np.zeros(values["kernel_launch_us"].shape)
-    for _, pub, _, config, metric in train:
+def fit(train: list, est: dict, profile: str) -> dict:
+    """The fitted constants of `profile` minimising its training rows' absolute log error over a
+    grid (one value per constant for the hardware: no per-row term). Absolute, not squared: squared
+    error let one row far off its roofline (GPT-OSS-120B's TTFT, 5x) set the per-request overhead
+    for all."""
+    names = FITTED[profile]
+    mesh = np.meshgrid(*(np.array(AXES[n]) for n in names), indexing="ij")
+    values = {k: m.ravel() for k, m in zip(names, mesh)}
+    err = np.zeros(mesh[0].size)
+    for _, pub, _, config, metric in (r for r in train if profile_of(r) == profile):
         prompt_ms, prompt_counts, token_ms, token_counts, _ = est[config]
-        e, p = _time(metric, config, _repriced(prompt_ms, prompt_counts, values),
-                     _repriced(token_ms, token_counts, values), pub if metric != "tok/s" else 1e3 / pub)
+        e, p = _time(metric, config, _repriced(prompt_ms, prompt_counts, values, profile),
+                     _repriced(token_ms, token_counts, values, profile), pub if metric != "tok/s" else 1e3 / pub)
         err += np.abs(np.log(np.maximum(e, 1e-9) / p))
     best = int(np.argmin(err))
     return {k: float(v[best]) for k, v in values.items()}
 
 
 def _summary(rs: list) -> str:
+    if not rs:
+        return "no rows"
     errors = sorted(abs(e / p - 1) for _, p, e, _, _ in rs)
     within = sum(err <= 0.25 for err in errors)
     factor = max(max(e / p, p / e) for _, p, e, _, _ in rs)
@@ -199,29 +242,36 @@ def main(argv=None):
     args = p.parse_args(argv)
     est = estimates()
     table = rows(est)
-    held = [r for i, r in enumerate(table) if i % 3 == 2]
-    train = [r for i, r in enumerate(table) if i % 3 != 2]
+    train, held = split(table)
     if args.fit:
-        print("fitted on", len(train), "rows:", fit(train, est))
+        for profile in FITTED:
+            n_rows = sum(profile_of(r) == profile for r in train)
+            print(f"{profile}: fitted on {n_rows} rows:", fit(train, est, profile))
         return 0
-    print(f"{'row (c: concurrent requests; ms per token served for tok/s)':<62}{'est ms':>9}{'pub ms':>9}"
+    print(f"{'row (c: concurrent requests, b: batch; ms per token served for tok/s)':<62}{'est ms':>9}{'pub ms':>9}"
           f"{'est/pub':>8}{'error':>7}  set")
     for row in table:
         label, pub, e = row[:3]
-        print(f"{label:<62}{e:>9.2f}{pub:>9.2f}{e / pub:>8.2f}{e / pub - 1:>+7.0%}  "
+        print(f"{profile_of(row)} {label:<58} {e:>9.2f}{pub:>9.2f}{e / pub:>8.2f}{e / pub - 1:>+7.0%}  "
               f"{'held out' if row in held else 'fit'}")
+    print(f"\nall rows: {_summary(table)}")
+    for profile in ("trn2", "trn1"):
+        mine = [r for r in table if profile_of(r) == profile]
+        print(f"{profile} rows: {_summary(mine)}")
+        for metric in sorted({r[4] for r in mine}):
+            print(f"  {metric}: {_summary([r for r in mine if r[4] == metric])}")
+    print(f"training rows: {_summary(train)}\nheld-out rows: {_summary(held)}")
     worst = max(table, key=lambda r: abs(math.log(r[2] / r[1])))
-    print(f"\nall rows: {_summary(table)}\ntraining rows: {_summary(train)}\nheld-out rows: {_summary(held)}")
     print(f"worst row: {worst[0]}: est/pub {worst[2] / worst[1]:.2f}: {WHY.get(worst[0], 'not analysed yet')}")
-    n_fitted = sum(k.kind == "fitted" for k in cost_constants.CONSTANTS["trn2"].values())
-    print(f"{n_fitted} trn2 constants fitted ({', '.join(FITTED)}, by --fit) to {len(train)} rows of "
-          f"{len(CONFIGS)} configurations; {len(held)} rows held out; the `assumed` constants are exercised "
-          "by no published row")
+    for profile, names in FITTED.items():
+        n_rows = sum(profile_of(r) == profile for r in train)
+        print(f"{len(names)} {profile} constants fitted ({', '.join(names)}, by --fit) to {n_rows} rows")
+    print(f"{len(held)} rows held out; the `assumed` constants are exercised by no published row")
     print("\nconstants (cost_constants.py):\n" + cost_constants.table())
-    print("\nsources (trn2.48xlarge, BF16, LNC=2; c = the benchmark's concurrent requests):")
-    for key, (model, conc, seq, out, cores, _) in CONFIGS.items():
-        sources = sorted({src for k, _, _, src in PUBLISHED if k == key})
-        print(f"  {model} c{conc} in{seq} out{out} TP{cores}: {'; '.join(sources)}")
+    print("\nsources (trn2.48xlarge, BF16, LNC=2, c = the benchmark's concurrent requests; trn1.32xlarge, b = batch):")
+    for source in sorted({src for _, _, _, src in PUBLISHED}):
+        configs = sorted({_label(k, "")[:-1] for k, _, _, src in PUBLISHED if src == source})
+        print(f"  {source}: {'; '.join(configs)}")
     return 0
 
 

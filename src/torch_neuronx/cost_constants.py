@@ -3,10 +3,10 @@ rooflines, one table per profile, each beside its unit and its source, and the c
 built from them.
 
 A constant is one of: `doc` (a figure AWS publishes), `nki` (the NKI profile's own, so an NKI kernel
-and an aten op are priced by one model: nki/_profile.py), `fitted` (chosen so the published NxDI
-rows of the training set fit, never per row: benchmarks/cost_model_vs_aws.py says how many constants
-against how many rows, and reports a held-out third separately), `assumed` (no figure found and no
-published row to fit it to: a placeholder, said so).
+and an aten op are priced by one model: nki/_profile.py), `fitted` (chosen so the training set of
+AWS's published rows of that hardware fit, never per row: benchmarks/cost_model_vs_aws.py says how
+many constants against how many rows, and reports a held-out third separately), `assumed` (no
+figure found and no published row to fit it to: a placeholder, said so).
 """
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from .nki import _profile
 
 SDK = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/"
+TRN1_PAGE = SDK + "about-neuron/arch/neuron-hardware/trainium.html"
+TRN1_INSTANCE = SDK + "about-neuron/arch/neuron-hardware/trn1-arch.html"
 TRN2_PAGE = SDK + "about-neuron/arch/neuron-hardware/trainium2.html"
 TRN3_PAGE = SDK + "about-neuron/arch/neuron-hardware/trainium3.html"
 TRN2_INSTANCE = "https://aws.amazon.com/ec2/instance-types/trn2/"
@@ -36,17 +38,26 @@ def _nki_dma_fixed_us(profile: str) -> float:
 
 # Logical cores (LNC=2) per chip and chips per instance: a trn2.48xlarge is 16 chips of 8 physical
 # cores in a 4x4 NeuronLink torus (64 logical cores at LNC=2); Trn3 keeps 8 physical cores per chip.
+# Trn1 (validation only: AWS's published Trn1 figures test the model; it is never a device) has 2
+# NeuronCore-v2 per chip and no logical cores, 16 chips in a trn1.32xlarge.
 LOGICAL_CORES_PER_CHIP = 4
 CHIPS_PER_INSTANCE = 16
+PHYSICAL_CORES_PER_CHIP = {"trn2": 8, "trn3": 8, "trn1": 2}
+LNC = {"trn2": 2, "trn3": 2, "trn1": 1}  # the logical core size each profile is priced at
+
+
+def instance_cores(profile: str) -> int:
+    """Logical cores of one instance (64 on a trn2.48xlarge at LNC=2, 32 on a trn1.32xlarge)."""
+    return PHYSICAL_CORES_PER_CHIP[profile] // LNC[profile] * CHIPS_PER_INSTANCE
 
 CONSTANTS = {
     "trn2": {
-        "kernel_launch_us": Constant(1.0, "µs per op", "fitted",
-                                     "an op's instruction-stream start beside its DMA descriptor; with the "
-                                     "per-step overhead at 0 it carries each execution's fixed cost per op"),
+        "kernel_launch_us": Constant(2.5, "µs per kernel", "fitted",
+                                     "a kernel's instruction-stream start beside its DMA descriptor (a run of "
+                                     "pointwise ops is one kernel)"),
         "dma_fixed_us": Constant(_nki_dma_fixed_us("trn2"), "µs per op", "nki",
                                  "a DMA descriptor's start-up (nki/_profile.py dma_fixed_ns, NKI DMA guide)"),
-        "step_overhead_us": Constant(0.0, "µs per forward step", "fitted",
+        "step_overhead_us": Constant(250.0, "µs per forward step", "fitted",
                                      "the runtime's and the server's fixed cost per model execution (NEFF "
                                      "launch, input copies, sampling, vLLM's scheduling)"),
         "request_overhead_us": Constant(32500.0, "µs per served request", "fitted",
@@ -92,15 +103,42 @@ CONSTANTS["trn3"].update({
 })
 
 
+# Trn1, to validate the model against AWS's Trn1 figures (the only ones published across models,
+# batch sizes and sequence lengths); its latency constants are fitted to those rows alone.
+CONSTANTS["trn1"] = {
+    "kernel_launch_us": Constant(3.0, "µs per kernel", "fitted", "as trn2's, fitted to the Trn1 rows"),
+    "dma_fixed_us": Constant(_nki_dma_fixed_us("trn2"), "µs per op", "assumed",
+                             "trn2's NKI DMA descriptor start-up (no NeuronCore-v2 figure published)"),
+    "step_overhead_us": Constant(2000.0, "µs per forward step", "fitted",
+                                 "the runtime's fixed cost per model execution (transformers-neuronx's loop)"),
+    "request_overhead_us": Constant(0.0, "µs per served request", "assumed",
+                                    "the Trn1 rows time transformers-neuronx's own loop: no request is served"),
+    "chip_fabric_bytes_per_s": Constant(820e9, "bytes/s per chip", "doc",
+                                        "the two cores of a chip share its HBM, 820 GB/s: " + TRN1_PAGE),
+    "neuronlink_bytes_per_s": Constant(384 * 2 ** 30, "bytes/s per chip", "doc",
+                                       "NeuronLink-v2, 384 GiB/s per device on trn1.32xlarge: " + TRN1_INSTANCE),
+    "neuronlink_ring_bytes_per_s": Constant(20e9, "bytes/s per rank", "fitted",
+                                            "the bus bandwidth a ring achieves over the 2D torus, fitted to the "
+                                            "Trn1 rows"),
+    "efa_bytes_per_s": Constant(800e9 / 8, "bytes/s per instance", "doc", "800 Gbps EFA per trn1.32xlarge: "
+                                + TRN1_INSTANCE),
+    "chip_hop_us": Constant(0.5, "µs per algorithm step", "assumed", "as trn2's (no Trn1 figure published)"),
+    "neuronlink_hop_us": Constant(2.0, "µs per algorithm step", "fitted",
+                                  "a step of a collective over the torus, fitted to the Trn1 decodes (two "
+                                  "all-reduces per layer over 32 cores)"),
+    "efa_hop_us": Constant(20.0, "µs per algorithm step", "assumed", "as trn2's (no Trn1 row crosses EFA)"),
+}
+
+
 def value(profile: str, name: str) -> float:
     return CONSTANTS[profile][name].value
 
 
-def topology(ranks: int, lnc: int = 2) -> str:
+def topology(ranks: int, lnc: int = 2, profile: str = "trn2") -> str:
     """Where a group of `ranks` logical cores at LNC=`lnc` talks: within one chip, across the
     instance's NeuronLink torus, or across instances over EFA (ranks fill a chip, then an instance,
     AWS's recommended placement)."""
-    per_chip = 8 // lnc
+    per_chip = PHYSICAL_CORES_PER_CHIP[profile] // lnc
     if ranks <= per_chip:
         return "chip"
     if ranks <= per_chip * CHIPS_PER_INSTANCE:
@@ -126,8 +164,8 @@ def collective_seconds(kind: str, nbytes: int, ranks: int, profile: str = "trn2"
         raise ValueError(f"collective_seconds: nbytes must be >= 0 and ranks >= 1, got {nbytes} and {ranks}")
     if ranks == 1:
         return 0.0, "none"
-    where = topology(ranks, lnc)
-    per_chip = 8 // lnc
+    where = topology(ranks, lnc, profile)
+    per_chip = PHYSICAL_CORES_PER_CHIP[profile] // lnc
     c = CONSTANTS[profile]
     if where == "chip":
         bw = c["chip_fabric_bytes_per_s"].value / per_chip
@@ -135,14 +173,21 @@ def collective_seconds(kind: str, nbytes: int, ranks: int, profile: str = "trn2"
         bw = c["neuronlink_ring_bytes_per_s"].value
     else:
         bw = c["efa_bytes_per_s"].value / (per_chip * CHIPS_PER_INSTANCE)
-    per_instance = per_chip * CHIPS_PER_INSTANCE
-    levels = (("chip", min(ranks, per_chip)), ("neuronlink", min(max(ranks // per_chip, 1), CHIPS_PER_INSTANCE)),
-              ("efa", max(ranks // per_instance, 1)))
-    latency = sum(math.ceil(math.log2(n)) * c[f"{level}_hop_us"].value * 1e-6 for level, n in levels if n > 1)
-    latency *= 2 if kind == "all_reduce" else 1
+    latency = sum(n * c[f"{level}_hop_us"].value * 1e-6 for level, n in hops(kind, ranks, profile, lnc).items())
     bus = (ranks - 1) / ranks * (2 if kind == "all_reduce" else 1)
     bandwidth = bus * nbytes / bw
     return latency + bandwidth, ("collective latency" if latency >= bandwidth else "collective bandwidth")
+
+
+def hops(kind: str, ranks: int, profile: str = "trn2", lnc: int = 2) -> dict:
+    """The algorithm steps of one collective among `ranks` logical cores, per level it crosses
+    ("chip", "neuronlink", "efa"): ceil(log2(n)) at a level of n members, twice for all-reduce (a
+    reduce-scatter, then an all-gather)."""
+    per_chip = PHYSICAL_CORES_PER_CHIP[profile] // lnc
+    levels = (("chip", min(ranks, per_chip)), ("neuronlink", min(max(ranks // per_chip, 1), CHIPS_PER_INSTANCE)),
+              ("efa", max(ranks // (per_chip * CHIPS_PER_INSTANCE), 1)))
+    twice = 2 if kind == "all_reduce" else 1
+    return {level: twice * math.ceil(math.log2(n)) for level, n in levels if n > 1}
 
 
 def table() -> str:

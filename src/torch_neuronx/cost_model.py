@@ -9,8 +9,10 @@ estimated on the meta device) and prices every ATen op it dispatches on one logi
 - transcendental elementwise ops on the Scalar engine and all other elementwise ops, reductions
   and copies on the Vector engine, at one element per lane (128 lanes) per engine cycle;
 - the bytes the op reads and writes at the logical core's share of HBM bandwidth;
-- a fixed cost per op: its kernel launch and its DMA descriptor's start-up (so the HBM bandwidth an
-  op achieves grows with its transfer size: `achievable_hbm_bytes_per_s`);
+- a fixed cost per kernel: its launch and its DMA descriptor's start-up (so the HBM bandwidth an
+  op achieves grows with its transfer size: `achievable_hbm_bytes_per_s`). A run of consecutive
+  pointwise ops is one kernel, as the device's compilers (neuronx-cc, Inductor) fuse it: one launch,
+  each op's engine time and bytes;
 - a collective (torch.distributed's functional collectives) by the collectives model of
   cost_constants.py: latency per algorithm step and bus bytes per link, by where its ranks sit.
 
@@ -42,12 +44,18 @@ from .nki import _profile
 
 @dataclass(frozen=True)
 class Roofline:
-    """One chip's figures, AWS's (per chip: 8 physical cores). The engines' clocks are the NKI
-    profile's (nki/_profile.py)."""
+    """One chip's figures, AWS's. The engines' clocks are the NKI profile's (nki/_profile.py)
+    unless given (`clocks`: the Vector and Scalar engines' Hz, for a profile NKI does not run)."""
     name: str
     tensor_flops: dict  # dtype -> dense FLOP/s per chip
     hbm_bytes_per_s: float
     link_bytes_per_s: float  # NeuronLink per chip
+    clocks: tuple = ()
+
+    @property
+    def cores(self) -> int:
+        """Physical cores per chip."""
+        return cost_constants.PHYSICAL_CORES_PER_CHIP[self.name]
 
     @property
     def fixed_us(self) -> float:
@@ -56,11 +64,11 @@ class Roofline:
 
     @property
     def vector_hz(self) -> float:
-        return _profile.PROFILES[self.name].vector_hz
+        return self.clocks[0] if self.clocks else _profile.PROFILES[self.name].vector_hz
 
     @property
     def scalar_hz(self) -> float:
-        return _profile.PROFILES[self.name].scalar_hz
+        return self.clocks[1] if self.clocks else _profile.PROFILES[self.name].scalar_hz
 
 
 ROOFLINES = {
@@ -71,8 +79,19 @@ ROOFLINES = {
                               torch.float8_e4m3fn: 2517e12, torch.float8_e5m2: 2517e12},
                      hbm_bytes_per_s=4.9e12, link_bytes_per_s=2.56e12),
 }
-PHYSICAL_CORES = 8
+# Trn1 checks the model against AWS's published Trn1 figures and is never a device: 2 NeuronCore-v2
+# per chip, the Vector engine at 1.12 GHz and the Scalar at 1.4 GHz (cost_constants.TRN1_PAGE; NKI's
+# Trainium/Inferentia2 architecture guide). A chip's two cores have no logical grouping: LNC=1.
+VALIDATION_ROOFLINES = {
+    "trn1": Roofline("trn1", {torch.bfloat16: 190e12, torch.float16: 190e12, torch.float32: 47.5e12},
+                     hbm_bytes_per_s=820e9, link_bytes_per_s=384 * 2 ** 30, clocks=(1.12e9, 1.4e9)),
+}
+PHYSICAL_CORES = 8  # per trn2 and trn3 chip
 LANES = 128
+
+
+def roofline(profile: str) -> Roofline:
+    return ROOFLINES.get(profile) or VALIDATION_ROOFLINES[profile]
 
 _ZERO_COST = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "as_strided", "slice", "select",
               "detach", "alias", "unsqueeze", "squeeze", "split", "split_with_sizes", "unbind", "chunk", "narrow",
@@ -150,6 +169,7 @@ class OpCost:
     engine: str
     bound: str
     us: float
+    launches: int = 1  # 0: fused into the pointwise kernel the op before it opened
 
 
 @dataclass
@@ -165,15 +185,22 @@ class Estimate:
 
     def parts(self) -> dict:
         """The step's µs by what bounds it: `compute` and `memory` (the work, which tensor
-        parallelism divides), `collective`, and `fixed` (each op's launch and DMA descriptor, which
-        it does not), with `ops`, the number of ops paying the fixed cost."""
-        fixed = ROOFLINES[self.profile].fixed_us
-        out = {"compute": 0.0, "memory": 0.0, "collective": 0.0, "fixed": 0.0, "ops": 0}
+        parallelism divides), `kv` (attention bound by reading the KV cache: tensor parallelism
+        divides it only down to one KV head per core, since beyond that the heads are replicated),
+        `collective`, and `fixed` (each kernel's launch and DMA descriptor, which it does not
+        divide), with `ops`, the number of kernels paying the fixed cost."""
+        out = {"compute": 0.0, "memory": 0.0, "kv": 0.0, "collective": 0.0, "fixed": 0.0, "ops": 0}
         for o in self.ops:
-            out["ops"] += 1
+            fixed = roofline(self.profile).fixed_us * o.launches
+            out["ops"] += o.launches
             out["fixed"] += min(o.us, fixed)
             work = max(o.us - fixed, 0.0)
-            key = "collective" if o.engine == "collective" else "compute" if o.bound == "compute" else "memory"
+            if o.engine == "collective":
+                key = "collective"
+            elif o.bound == "compute":
+                key = "compute"
+            else:
+                key = "kv" if o.name.split("::")[-1] in _ATTENTION else "memory"
             out[key] += work
         return out
 
@@ -293,6 +320,7 @@ class _Recorder(TorchDispatchMode):
         self.roof, self.lnc, self.ranks = roof, lnc, ranks
         self.ops: list[OpCost] = []
         self.unformulated: set = set()
+        self.pointwise_run = False  # the last priced op was pointwise: the next pointwise one fuses into it
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -303,10 +331,12 @@ class _Recorder(TorchDispatchMode):
         if name not in _ZERO_COST and func.overloadpacket.__name__ not in _ZERO_COST:
             if not has_formula(func):
                 self.unformulated.add(str(func.overloadpacket).replace(".", "::", 1))
-            self.ops.append(self._cost(func, name, args, kwargs, out))
+            pointwise = torch.Tag.pointwise in func.tags or name == "_to_copy"
+            self.ops.append(self._cost(func, name, args, kwargs, out, launch=not (pointwise and self.pointwise_run)))
+            self.pointwise_run = pointwise
         return out
 
-    def _cost(self, func, name, args, kwargs, out) -> OpCost:
+    def _cost(self, func, name, args, kwargs, out, launch: bool = True) -> OpCost:
         roof = self.roof
         tensors_in = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
         tensors_out = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
@@ -324,14 +354,15 @@ class _Recorder(TorchDispatchMode):
             tensors_in, tensors_out = tensors_in[1:], tensors_in[-1:]
         flops = _flops(func, args, kwargs, out)
         return _priced(roof, self.lnc, str(func.overloadpacket).replace(".", "::", 1), tensors_in, tensors_out, flops,
-                       "scalar" if name in _SCALAR else "vector")
+                       "scalar" if name in _SCALAR else "vector", launch)
 
 
 def _priced(roof: Roofline, lnc: int, name: str, tensors_in: list, tensors_out: list, flops: float,
-            engine: str) -> OpCost:
+            engine: str, launch: bool = True) -> OpCost:
     """An op's roofline: compute (FLOPs on the Tensor Engine, or elements on `engine`) against
-    its bytes at the core's share of HBM bandwidth, plus the fixed cost."""
-    share = lnc / PHYSICAL_CORES
+    its bytes at the core's share of HBM bandwidth, plus the fixed cost unless it is fused into
+    the kernel before it (`launch` False)."""
+    share = lnc / roof.cores
     nbytes = sum(t.numel() * t.element_size() for t in tensors_in + tensors_out)
     dtype = (tensors_in or tensors_out or [torch.empty(0)])[0].dtype
     if flops:
@@ -343,10 +374,10 @@ def _priced(roof: Roofline, lnc: int, name: str, tensors_in: list, tensors_out: 
         hz = roof.scalar_hz if engine == "scalar" else roof.vector_hz
         compute = elements / (LANES * hz * lnc)
     memory = nbytes / (roof.hbm_bytes_per_s * share)
-    fixed = roof.fixed_us * 1e-6
+    fixed = roof.fixed_us * 1e-6 if launch else 0.0
     bound = max((compute, "compute"), (memory, "memory"), (fixed, "overhead"))[1]
     return OpCost(name, [tuple(t.shape) for t in tensors_in], str(dtype), flops, nbytes, engine, bound,
-                  (max(compute, memory) + fixed) * 1e6)
+                  (max(compute, memory) + fixed) * 1e6, int(launch))
 
 
 def _group_size(args, default: int) -> int:
@@ -370,7 +401,7 @@ def _collective(profile: str, lnc: int, label: str, name: str, tensors_in: list,
                  else [sum(t.numel() * t.element_size() for t in tensors_out), *sizes])
     dtype = (tensors_in or tensors_out or [torch.empty(0)])[0].dtype
     seconds, bound = cost_constants.collective_seconds(kind, nbytes, ranks, profile, lnc)
-    fixed = ROOFLINES[profile].fixed_us  # a collective is a kernel too: its launch and descriptors
+    fixed = roofline(profile).fixed_us  # a collective is a kernel too: its launch and descriptors
     return OpCost(label, [tuple(t.shape) for t in tensors_in], str(dtype), 0.0, nbytes, "collective",
                   bound if seconds * 1e6 > fixed else "overhead", seconds * 1e6 + fixed)
 
@@ -379,15 +410,20 @@ def estimate(fn, *args, profile: str = "trn2", lnc: int | None = None, ranks: in
     """Runs `fn(*args, **kwargs)` and prices each ATen op it runs on one logical NeuronCore of
     `profile` ("trn2" or "trn3"); LNC defaults to the runtime's (NEURON_LOGICAL_NC_CONFIG). A
     collective whose group torch.distributed cannot resolve is priced among `ranks` logical cores."""
-    if profile not in ROOFLINES:
-        raise ValueError(f"torch_neuronx.estimate: unknown profile {profile!r}; known: {', '.join(ROOFLINES)}")
+    if profile not in ROOFLINES and profile not in VALIDATION_ROOFLINES:
+        raise ValueError(f"torch_neuronx.estimate: unknown profile {profile!r}; known: {', '.join(ROOFLINES)} "
+                         f"(and {', '.join(VALIDATION_ROOFLINES)}, to validate the model against AWS's figures)")
+    if profile in VALIDATION_ROOFLINES:
+        if lnc not in (None, 1):
+            raise ValueError(f"torch_neuronx.estimate: {profile} has no logical NeuronCores: lnc must be 1, got {lnc}")
+        lnc = 1
     if lnc is None:
         lnc = int(_C._config_text("NEURON_LOGICAL_NC_CONFIG") or 2)
     if lnc not in (1, 2):
         raise ValueError(f"torch_neuronx.estimate: lnc must be 1 or 2, got {lnc}")
     if ranks < 1:
         raise ValueError(f"torch_neuronx.estimate: ranks must be >= 1, got {ranks}")
-    recorder = _Recorder(ROOFLINES[profile], lnc, ranks)
+    recorder = _Recorder(roofline(profile), lnc, ranks)
     _active.recorder = recorder
     try:
         with _DeviceAttention(), recorder:
@@ -406,6 +442,7 @@ def record_nki(kernel_name: str, instrs) -> None:
     from .nki import _cost
 
     est = _cost.estimate(instrs, _profile.current(recorder.roof.name))
+    recorder.pointwise_run = False
     engine = max(est.busy_us, key=est.busy_us.get)
     recorder.ops.append(OpCost(f"nki::{kernel_name}", [], "", float(est.flops), est.dma_bytes, "nki",
                                f"{engine} engine", est.latency_us))

@@ -18,13 +18,13 @@ import sys
 
 import torch
 
-from . import _C, report_layouts
+from . import _C, cost_constants, report_layouts
 from .cost_model import ROOFLINES, estimate
 
 GIB = 1 << 30
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # Device memory of one logical core (LNC=2) and the largest instance's logical cores.
-_CORE_HBM = {"trn2": 96 * GIB // 4, "trn3": 144 * GIB // 4}
+_CORE_HBM = {"trn2": 96 * GIB // 4, "trn3": 144 * GIB // 4, "trn1": 32 * GIB // 2}
 _MAX_DEVICES = 64
 _DEGREES = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # --devices: up to four instances (EFA between them)
 
@@ -80,9 +80,12 @@ def graph_breaks(fn, **kwargs) -> list:
 
 
 def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, generate: int = 0,
-           dtype: str = "bf16", devices: int | None = None) -> dict:
+           dtype: str = "bf16", devices: int | None = None, profiles=tuple(ROOFLINES),
+           check_compile: bool = True) -> dict:
     """The report of the model in `model_dir` (see the module's doc). `devices` estimates the speed on
-    that many logical cores (tensor parallel) instead of the fewest that fit."""
+    that many logical cores (tensor parallel) instead of the fewest that fit. `profiles` may name
+    the validation-only trn1 (benchmarks/cost_model_vs_aws.py); `check_compile=False` skips the
+    graph-break trace, the slow part, for callers that only want the estimates."""
     if dtype not in _DTYPES:
         raise ReportError(f"--dtype {dtype}: expected one of {', '.join(_DTYPES)}")
     if batch < 1 or seq < 1 or generate < 0:
@@ -103,8 +106,8 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
     cache = [None]
 
     def step():
-        if generate:
-            cache[0] = _static_cache(config, batch, seq + 1, torch_dtype)
+        if generate:  # a cache as long as the decode steps' mean context: the token below is their mean
+            cache[0] = _static_cache(config, batch, seq + (generate + 1) // 2, torch_dtype)
             with torch.no_grad():  # the prompt, into a KV cache the decode steps below read
                 model(input_ids=ids, past_key_values=cache[0], use_cache=cache[0] is not None)
         elif train:
@@ -117,15 +120,17 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
 
     ops, dtypes = set(), set()
     estimates, decodes = {}, {}
-    for profile in ROOFLINES:
+    for profile in profiles:
         saved[0] = 0
-        est = estimate(step, profile=profile, lnc=2)
+        lnc = cost_constants.LNC[profile]
+        est = estimate(step, profile=profile, lnc=lnc)
         estimates[profile] = est
         if generate:  # then one token per step, each reading every weight and the prompt's KV cache
             one = torch.zeros(batch, 1, dtype=torch.long, device="meta")
-            at = {"past_key_values": cache[0], "cache_position": torch.tensor([seq], device="meta")} if cache[0] else {}
+            position = torch.tensor([seq + (generate - 1) // 2], device="meta")
+            at = {"past_key_values": cache[0], "cache_position": position} if cache[0] else {}
             with torch.no_grad():
-                decodes[profile] = estimate(lambda: model(input_ids=one, **at), profile=profile, lnc=2)
+                decodes[profile] = estimate(lambda: model(input_ids=one, **at), profile=profile, lnc=lnc)
         ops |= {o.name for o in est.ops}
         dtypes |= {o.dtype for o in est.ops}
     fallbacks, syncs = _plans({n for n in ops if n.startswith("aten::")})
@@ -145,16 +150,16 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
     fitting = [d for d in min_devices.values() if d is not None]
     degree = devices if devices is not None else (max(fitting) if fitting else None)
     cfg = {"layers": config.num_hidden_layers, "hidden": config.hidden_size, "item": item, "batch": batch,
-           "seq": seq, "train": train, "generate": generate, "params": params, "fsdp": train}
+           "seq": seq, "train": train, "generate": generate, "params": params, "fsdp": train, "kv_heads": kv_heads}
     for profile, est in estimates.items():
         if degree is None or min_devices[profile] is None or min_devices[profile] > degree:
             result[profile] = None
             continue
-        tp = min(degree, report_layouts.INSTANCE_CORES)
+        tp = min(degree, cost_constants.instance_cores(profile))
         result[profile] = report_layouts.price(profile, tp, degree // tp, est, decodes.get(profile), cfg)
         options = [report_layouts.price(profile, t, d, est, decodes.get(profile), cfg)
                    for t, d in report_layouts.candidates(
-                       degree, report_layouts.fits(memory, _CORE_HBM[profile], train))]
+                       degree, report_layouts.fits(memory, _CORE_HBM[profile], train), profile)]
         layouts[profile] = sorted(options, key=lambda r: -r["tokens_per_second"])[:3]
     if all(v is None for v in min_devices.values()):
         raise ReportError(f"{total / GIB:,.1f} GiB does not fit {_MAX_DEVICES} logical cores of trn2 or trn3")
@@ -165,7 +170,7 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
             "will_run": not fallbacks and not unsupported, "fallbacks": fallbacks, "sync_ops": syncs,
             "unsupported_dtypes": unsupported,
             # the forward as torch.compile(model) traces it (without a KV cache)
-            "graph_breaks": graph_breaks(model, input_ids=ids, use_cache=False),
+            "graph_breaks": graph_breaks(model, input_ids=ids, use_cache=False) if check_compile else None,
             "parameters": params, "memory": memory, "min_devices": min_devices, "estimate": result,
             "layouts": layouts,
             "breakdown": {p: [list(row) for row in (decodes or estimates)[p].by_op()[:30]] for p in estimates},
@@ -230,7 +235,7 @@ def main(argv=None) -> int:
     if args.html:
         from . import report_html
 
-        report_html.write(r, _CORE_HBM, args.html)
+        report_html.write(r, {p: _CORE_HBM[p] for p in ROOFLINES}, args.html)
     return 0
 
 

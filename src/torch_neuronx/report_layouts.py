@@ -10,38 +10,40 @@ cost_constants.collective_seconds, each in the topology its ranks span.
 from __future__ import annotations
 
 from . import cost_constants
-from .cost_model import ROOFLINES, Estimate
-
-INSTANCE_CORES = cost_constants.LOGICAL_CORES_PER_CHIP * cost_constants.CHIPS_PER_INSTANCE
+from .cost_model import Estimate, roofline
 
 
-def _where(ranks: int) -> str:
-    return {"chip": "within a chip", "neuronlink": "over NeuronLink", "efa": "over EFA"}[cost_constants.topology(ranks)]
+def _where(ranks: int, profile: str) -> str:
+    where = cost_constants.topology(ranks, cost_constants.LNC[profile], profile)
+    return {"chip": "within a chip", "neuronlink": "over NeuronLink", "efa": "over EFA"}[where]
 
 
-def describe(tp: int, dp: int, fsdp: bool) -> str:
-    text = f"TP={tp} ({_where(tp)})" if tp > 1 else "one core per replica"
+def describe(tp: int, dp: int, fsdp: bool, profile: str = "trn2") -> str:
+    text = f"TP={tp} ({_where(tp, profile)})" if tp > 1 else "one core per replica"
     if dp > 1:
-        text += f" x {'FSDP' if fsdp else 'DP'}={dp} ({_where(tp * dp)})"
-    return text + ", LNC=2"
+        text += f" x {'FSDP' if fsdp else 'DP'}={dp} ({_where(tp * dp, profile)})"
+    return text + f", LNC={cost_constants.LNC[profile]}"
 
 
 def _pass(est: Estimate, tp: int, profile: str, tokens: int, passes: int, cfg: dict) -> dict:
     """One forward (passes=1) or forward+backward (2) on TP=tp, by term, in seconds."""
     parts = est.parts()
-    terms = {"compute": parts["compute"] * 1e-6 / tp, "HBM": parts["memory"] * 1e-6 / tp,
+    terms = {"compute": parts["compute"] * 1e-6 / tp,
+             "HBM": (parts["memory"] / tp + parts["kv"] / min(tp, cfg["kv_heads"])) * 1e-6,
              "collectives": parts["collective"] * 1e-6, "latency": parts["fixed"] * 1e-6}
     # what the fitted constants multiply (benchmarks/cost_model_vs_aws.py --fit reprices with them)
-    counts = {"ops": parts["ops"], "steps": 1, "ring_bytes": 0.0, "requests": 0}
+    counts = {"ops": parts["ops"], "steps": 1, "ring_bytes": 0.0, "requests": 0, "hops": 0}
     if tp > 1:  # two all-reduces of the hidden state per layer and pass
+        lnc = cost_constants.LNC[profile]
         n = 2 * passes * cfg["layers"]
         size = cfg["batch"] * tokens * cfg["hidden"] * cfg["item"]
-        seconds, _ = cost_constants.collective_seconds("all_reduce", size, tp, profile)
-        latency, _ = cost_constants.collective_seconds("all_reduce", 0, tp, profile)
+        seconds, _ = cost_constants.collective_seconds("all_reduce", size, tp, profile, lnc)
+        latency, _ = cost_constants.collective_seconds("all_reduce", 0, tp, profile, lnc)
         terms["collectives"] += n * (seconds - latency)
-        terms["latency"] += n * (latency + ROOFLINES[profile].fixed_us * 1e-6)  # each a kernel too
+        terms["latency"] += n * (latency + roofline(profile).fixed_us * 1e-6)  # each a kernel too
         counts["ops"] += n
-        if cost_constants.topology(tp) == "neuronlink":
+        counts["hops"] = n * cost_constants.hops("all_reduce", tp, profile, lnc).get("neuronlink", 0)
+        if cost_constants.topology(tp, lnc, profile) == "neuronlink":
             counts["ring_bytes"] = n * 2 * (tp - 1) / tp * size
     terms["latency"] += cost_constants.value(profile, "step_overhead_us") * 1e-6
     if cfg["generate"] and tokens > 1:  # a served request's first step: its admission too
@@ -59,11 +61,12 @@ def price(profile: str, tp: int, dp: int, step: Estimate, decode: Estimate | Non
     terms = dict(first["terms"])
     if train and dp > 1:
         shard = cfg["params"] * cfg["item"] / tp
+        lnc = cost_constants.LNC[profile]
         if cfg["fsdp"]:
-            grads = cost_constants.collective_seconds("reduce_scatter", shard, dp, profile)[0]
-            weights = 2 * cost_constants.collective_seconds("all_gather", shard, dp, profile)[0]
+            grads = cost_constants.collective_seconds("reduce_scatter", shard, dp, profile, lnc)[0]
+            weights = 2 * cost_constants.collective_seconds("all_gather", shard, dp, profile, lnc)[0]
         else:
-            grads, weights = cost_constants.collective_seconds("all_reduce", shard, dp, profile)[0], 0.0
+            grads, weights = cost_constants.collective_seconds("all_reduce", shard, dp, profile, lnc)[0], 0.0
         terms["collectives"] += grads + weights
     token = None
     if generate and decode is not None:
@@ -73,7 +76,7 @@ def price(profile: str, tp: int, dp: int, step: Estimate, decode: Estimate | Non
             terms[k] += generate * v
     seconds = sum(terms.values())
     tokens = dp * cfg["batch"] * (generate if generate else cfg["seq"])
-    out = {"layout": describe(tp, dp, cfg["fsdp"] and train), "tp": tp, "dp": dp, "devices": tp * dp,
+    out = {"layout": describe(tp, dp, cfg["fsdp"] and train, profile), "tp": tp, "dp": dp, "devices": tp * dp,
            "step_seconds": seconds, "tokens_per_second": tokens / seconds,
            "bound": max(terms, key=terms.get), "terms": terms, "first_seconds": sum(first["terms"].values()),
            "counts": {"prompt": first["counts"]}}
@@ -83,11 +86,11 @@ def price(profile: str, tp: int, dp: int, step: Estimate, decode: Estimate | Non
     return out
 
 
-def candidates(devices: int, fits) -> list:
+def candidates(devices: int, fits, profile: str = "trn2") -> list:
     """TP x DP splits of `devices` logical cores whose memory per core `fits(tp, dp)`: TP up to one
     instance, the rest data parallel (FSDP shards the training states across it too)."""
     out, tp = [], 1
-    while tp <= min(devices, INSTANCE_CORES):
+    while tp <= min(devices, cost_constants.instance_cores(profile)):
         if fits(tp, devices // tp):
             out.append((tp, devices // tp))
         tp *= 2
