@@ -59,10 +59,11 @@ lint: venv
 
 # pytest-randomly runs the tests in a new random order each time (the seed is printed first):
 # every test must pass alone and after any other; --randomly-seed=N replays an order. The whole
-# suite runs and every failure is listed at the end (-rfE).
+# suite runs and every failure is listed at the end (-rfE), with the 30 slowest tests (CI has 90
+# minutes for all of it).
 test-python: install
 	@seed=$$(date +%s); echo "tests in random order: --randomly-seed=$$seed"; \
-	$(VENV)/bin/pytest tests -q -rfE -p no:cacheprovider -p randomly --randomly-seed=$$seed
+	$(VENV)/bin/pytest tests -q -rfE -p no:cacheprovider -p randomly --randomly-seed=$$seed --durations=30
 
 # Every part runs even when an earlier one fails, and the failed ones are named last.
 TEST_PARTS := lint test-runtime test-runtime-sanitizers test-python

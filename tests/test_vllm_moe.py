@@ -14,7 +14,7 @@ import torch_neuronx
 pytest.importorskip("vllm")
 from vllm.model_executor.layers.fused_moe.activation import MoEActivation  # noqa: E402
 
-from torch_neuronx.vllm.moe import NeuronFusedMoEMethod  # noqa: E402
+from torch_neuronx.vllm.moe import NeuronFusedMoEMethod, route  # noqa: E402
 
 ACT = {
     MoEActivation.SILU: F.silu,
@@ -170,6 +170,62 @@ def test_fused_moe_compiled_equals_eager(fresh_dynamo):
     assert torch_neuronx.compile_stats()["graph_breaks"] == 0
 
 
+@pytest.mark.parametrize("case", [
+    dict(scoring_func="sigmoid", bias=True, scale=2.5, renormalize=True),  # DeepSeek-V3, GLM-4.5
+    dict(scoring_func="softmax", bias=False, scale=1.0, renormalize=False),  # DeepSeek-V2
+    dict(scoring_func="softmax", bias=True, scale=16.0, renormalize=False),
+])
+def test_grouped_top_k_routes_as_vllm(case):
+    """Grouped top-k with a score-correction bias and a routed scaling factor picks the experts
+    and weights vLLM's own (pure-torch) grouped_topk picks, and the layer's output is the float64
+    loop over those experts."""
+    from vllm.model_executor.layers.fused_moe.router.grouped_topk_router import grouped_topk
+
+    g = torch.Generator().manual_seed(3)
+    experts, groups, top_k = 32, 8, 4
+    bias = torch.randn(experts, generator=g) if case["bias"] else None
+    layer = make_layer(experts, 32, 16, top_k, use_grouped_topk=True, num_expert_group=groups, topk_group=3,
+                       scoring_func=case["scoring_func"], e_score_correction_bias=bias,
+                       routed_scaling_factor=case["scale"], renormalize=case["renormalize"])
+    x, logits = torch.randn(40, 32, generator=g), torch.randn(40, experts, generator=g)
+    want_w, want_ids = grouped_topk.__wrapped__(x, logits, top_k, case["renormalize"], groups, 3,
+                                                case["scoring_func"], case["scale"], bias)
+    device = on(layer, "neuron")
+    if bias is not None:
+        device.e_score_correction_bias = bias.to("neuron")
+    weights, ids = route(device, x.to("neuron"), logits.to("neuron"))
+    for t in range(x.shape[0]):
+        mine = sorted(zip(ids[t].cpu().tolist(), weights[t].cpu().tolist()))
+        theirs = sorted(zip(want_ids[t].tolist(), want_w[t].tolist()))
+        assert [e for e, _ in mine] == [e for e, _ in theirs], t
+        torch.testing.assert_close(torch.tensor([w for _, w in mine]), torch.tensor([w for _, w in theirs]))
+    out = method().apply_monolithic(device, x.to("neuron"), logits.to("neuron")).cpu().double()
+    layer64 = on(layer, "cpu", torch.float64)
+    ref = torch.zeros(x.shape, dtype=torch.float64)
+    for t in range(x.shape[0]):
+        for e, w in zip(want_ids[t].tolist(), want_w[t].double().tolist()):
+            gate, up = (layer64.w13_weight[e] @ x[t].double()).chunk(2)
+            ref[t] += w * (layer64.w2_weight[e] @ (F.silu(gate) * up))
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_router_weight_on_the_input():
+    """One expert per token, its weight applied to the input rows (Llama 4): the expert sees the
+    weighted row, and its output is not weighted again."""
+    layer = make_layer(8, 16, 16, 1, apply_router_weight_on_input=True, scoring_func="sigmoid", renormalize=False)
+    g = torch.Generator().manual_seed(4)
+    x, logits = torch.randn(10, 16, generator=g), torch.randn(10, 8, generator=g)
+    out = method().apply_monolithic(on(layer, "neuron"), x.to("neuron"), logits.to("neuron")).cpu().double()
+    layer64 = on(layer, "cpu", torch.float64)
+    weights, ids = logits.double().sigmoid().topk(1, dim=-1)
+    ref = torch.zeros(x.shape, dtype=torch.float64)
+    for t in range(10):
+        e, row = ids[t, 0].item(), weights[t, 0] * x[t].double()
+        gate, up = (layer64.w13_weight[e] @ row).chunk(2)
+        ref[t] = layer64.w2_weight[e] @ (F.silu(gate) * up)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
 def test_unsupported_routing_names_what(monkeypatch):
     layer = make_layer(4, 8, 8, 2, expert_map=torch.arange(4))
     with pytest.raises(NotImplementedError, match="fused MoE with expert parallelism is not supported"):
@@ -189,17 +245,18 @@ def moe_models(tmp_path_factory):
     tokenizer.chat_template = CHAT_TEMPLATE
     configs = vllm_models.configs(tokenizer)
     paths = {}
-    for name in ("mixtral", "qwen3-moe", "qwen2-moe"):
+    for name in ("mixtral", "qwen3-moe", "qwen2-moe", "glm4-moe"):
         paths[name] = str(root / name)
         vllm_models.save(paths[name], configs[name], tokenizer)
     return paths
 
 
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
-@pytest.mark.parametrize("name", ["mixtral", "qwen3-moe", "qwen2-moe"])
+@pytest.mark.parametrize("name", ["mixtral", "qwen3-moe", "qwen2-moe", "glm4-moe"])
 def test_moe_models_equal_hf_cpu(moe_models, name, mode):
-    """Mixtral, Qwen3-MoE (4 experts, 2 per token) and Qwen2-MoE (8 experts, 2 per token, weights
-    not renormalised, a shared expert) through vLLM's fused-MoE layer, eager and compiled
+    """Mixtral, Qwen3-MoE (4 experts, 2 per token), Qwen2-MoE (8 experts, 2 per token, weights
+    not renormalised, a shared expert) and GLM-4.5-MoE (grouped top-k with a score-correction
+    bias and a routed scaling factor) through vLLM's fused-MoE layer, eager and compiled
     (TORCH_NEURONX_VLLM_COMPILE=1 without enforce_eager: one Dynamo trace with a symbolic token
     count, a program per bucket): HF's greedy tokens, and their log-probabilities within 1e-4; the
     experts run as _grouped_mm, a step neither copies nor waits, and no routing needs a program

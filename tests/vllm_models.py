@@ -36,6 +36,12 @@ def configs(tokenizer) -> dict:
         # A shared expert beside 8 routed ones, whose top-2 weights are not renormalised.
         "qwen2-moe": T.Qwen2MoeConfig(**common, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=64,
                                       shared_expert_intermediate_size=128, norm_topk_prob=False),
+        # DeepSeek-V3's routing as GLM-4.5 uses it: sigmoid scores, 8 experts in 4 groups of which each
+        # token keeps 2, a score-correction bias (random: see save), a routed scaling factor, a shared
+        # expert, and a dense first layer.
+        "glm4-moe": T.Glm4MoeConfig(**common, head_dim=32, n_routed_experts=8, num_experts_per_tok=2, n_group=4,
+                                    topk_group=2, routed_scaling_factor=2.5, n_shared_experts=1,
+                                    moe_intermediate_size=64, first_k_dense_replace=1, norm_topk_prob=True),
         # ALiBi instead of positions; a wider initialisation keeps its greedy tokens from repeating one.
         "bloom": T.BloomConfig(vocab_size=vocab, hidden_size=128, n_layer=2, n_head=4, **wide, **ids),
         # Gemma-2's attention soft-capping, with a cap small enough to bend this model's scores (the
@@ -82,5 +88,9 @@ def configs(tokenizer) -> dict:
 
 def save(path, config, tokenizer):
     torch.manual_seed(0)
-    T.AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    model = T.AutoModelForCausalLM.from_config(config)
+    for name, bias in model.named_buffers():
+        if name.endswith("e_score_correction_bias"):  # zeros in a fresh model: the routing would ignore it
+            bias.copy_(torch.randn(bias.shape) * 0.5)
+    model.save_pretrained(path)
     tokenizer.save_pretrained(path)

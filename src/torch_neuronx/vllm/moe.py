@@ -33,14 +33,12 @@ def _unsupported(layer) -> str | None:
     """What of this layer's routing the method does not do, or None."""
     if layer.activation not in _GATED and layer.activation not in _PLAIN:
         return f"the {layer.activation.value} activation"
-    if layer.use_grouped_topk:
-        return "grouped top-k routing"
-    if layer.e_score_correction_bias is not None:
-        return "routing with a score-correction bias"
-    if layer.routed_scaling_factor not in (None, 1.0):
-        return "a routed scaling factor"
-    if layer.apply_router_weight_on_input:
-        return "router weights applied to the input"
+    if layer.use_grouped_topk and layer.custom_routing_function is not None:
+        return "grouped top-k routing beside a custom routing function"
+    if layer.use_grouped_topk and layer.w13_weight.shape[0] % layer.num_expert_group:
+        return f"{layer.w13_weight.shape[0]} experts in {layer.num_expert_group} groups"
+    if layer.apply_router_weight_on_input and layer.top_k != 1:
+        return "router weights applied to the input of more than one expert per token"
     if layer.expert_map is not None:
         return "expert parallelism"
     if layer.scoring_func not in ("softmax", "sigmoid"):
@@ -49,16 +47,34 @@ def _unsupported(layer) -> str | None:
 
 
 def route(layer, x: torch.Tensor, router_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each token's top-k experts and their weights: ([tokens, k] float32, [tokens, k] int64)."""
+    """Each token's top-k experts and their weights: ([tokens, k] float32, [tokens, k] int64).
+
+    As vLLM routes: a score-correction bias (DeepSeek-V3, GLM-4.5) moves which experts are picked
+    but not their weights; grouped top-k first keeps each token's `topk_group` best groups of
+    experts (a group scored by its best expert, or its best two with a bias) and picks among them;
+    the routed scaling factor multiplies the weights after renormalising."""
     logits = router_logits.float()
     if layer.custom_routing_function is not None:
         weights, ids = layer.custom_routing_function(x, logits, layer.top_k, layer.renormalize)
-    else:
-        scores = logits.softmax(-1) if layer.scoring_func == "softmax" else logits.sigmoid()
-        weights, ids = scores.topk(layer.top_k, dim=-1)
-        if layer.renormalize:
-            weights = weights / weights.sum(-1, keepdim=True)
-    return weights.float(), ids.long()
+        return weights.float(), ids.long()
+    scores = logits.softmax(-1) if layer.scoring_func == "softmax" else logits.sigmoid()
+    bias = layer.e_score_correction_bias
+    picking = scores if bias is None else scores + bias.float()
+    if layer.use_grouped_topk:
+        tokens, experts = picking.shape
+        groups = picking.view(tokens, layer.num_expert_group, -1)
+        group_scores = groups.amax(-1) if bias is None else groups.topk(2, dim=-1)[0].sum(-1)
+        best = group_scores.topk(layer.topk_group, dim=-1)[1]
+        kept = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(1, best, True)
+        kept = kept.repeat_interleave(experts // layer.num_expert_group, dim=1)
+        picking = picking.masked_fill(~kept, float("-inf"))
+    ids = picking.topk(layer.top_k, dim=-1)[1]
+    weights = scores.gather(1, ids)
+    if layer.renormalize:
+        weights = weights / weights.sum(-1, keepdim=True)
+    if layer.routed_scaling_factor not in (None, 1.0):
+        weights = weights * layer.routed_scaling_factor
+    return weights, ids.long()
 
 
 def _by_expert(layer, x: torch.Tensor, router_logits: torch.Tensor):
@@ -85,6 +101,9 @@ class NeuronFusedMoEMethod(UnquantizedFusedMoEMethod):
             raise NotImplementedError(f"neuron: vLLM's fused MoE with {problem} is not supported yet")
         tokens, weights, experts, ends = _by_expert(layer, x, router_logits)
         rows = x.index_select(0, tokens)  # [tokens * k, hidden], grouped by expert
+        if layer.apply_router_weight_on_input:  # (Llama 4, one expert per token) weighted before the experts
+            rows = rows * weights.to(rows.dtype)[:, None]
+            weights = torch.ones_like(weights)
         # [tokens * k, 2 * intermediate] (gate then up) or [tokens * k, intermediate]
         h = torch._grouped_mm(rows, layer.w13_weight.transpose(1, 2), offs=ends)
         if self.moe.has_bias:
