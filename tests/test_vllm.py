@@ -139,16 +139,14 @@ def test_attention_variants_equal_hf_cpu(models, name):
     assert torch.allclose(torch.tensor(out["logprobs"]), torch.tensor(expected_logprobs), atol=atol, rtol=0)
 
 
-@pytest.fixture(scope="module")
-def more_archs(models, request):
-    """Each of MORE_ARCHS this session selected, served in turn by one interpreter: an in-process
-    engine's shutdown tears down its distributed state and frees its memory, so the next one starts
-    clean, without the ~10 s of imports a fresh interpreter costs each. Per architecture: what the
-    neuron greedy generate gave, with its op counts and seconds, or the error."""
-    test = test_greedy_batch_of_more_architectures_equals_hf_cpu.__name__
-    selected = {item.callspec.params["name"] for item in request.session.items
-                if getattr(item, "originalname", None) == test}
-    paths = {name: models[name] for name in vllm_models.MORE_ARCHS if name in selected}
+def serve_each(paths: dict, timeout_each: int, engine_args: dict | None = None, **env) -> dict:
+    """Serves every model of `paths` ({name: path}) in turn in one interpreter, each as
+    engine(path, **engine_args) under run_vllm's environment plus `env`: an in-process engine's
+    shutdown tears down its distributed state and frees its memory, so the next one starts clean,
+    without the ~10 s of imports a fresh interpreter costs each. Per name: PROMPTS' greedy tokens and
+    log-probabilities, the programs made before the engine was ready ("ready") and after generating
+    ("after"), the compilation mode, the generate's op counts (counted) and the seconds; or the
+    error, so that one model's failure fails only its own test."""
     out = run_vllm(f"""
         import gc, time, traceback
         from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
@@ -156,11 +154,14 @@ def more_archs(models, request):
         for name, path in {paths!r}.items():
             start, llm = time.perf_counter(), None
             try:
-                llm = engine(path)
+                llm = engine(path, **{engine_args or {}!r})
+                ready = torch_neuronx.compile_stats()["programs"]
                 torch_neuronx.reset_op_counts()
                 outputs = llm.generate({PROMPTS!r}, SamplingParams(max_tokens={NEW_TOKENS}, min_tokens={NEW_TOKENS},
                                                                    temperature=0.0, logprobs=0))
-                out[name] = {{"tokens": tokens(outputs), "logprobs": logprobs(outputs), **counted(llm)}}
+                out[name] = {{"tokens": tokens(outputs), "logprobs": logprobs(outputs), "ready": ready,
+                             "after": torch_neuronx.compile_stats()["programs"],
+                             "mode": int(llm.llm_engine.vllm_config.compilation_config.mode), **counted(llm)}}
             except Exception:
                 out[name] = {{"error": traceback.format_exc()[-4000:]}}
             finally:
@@ -172,7 +173,18 @@ def more_archs(models, request):
                 gc.collect()
             out[name]["seconds"] = round(time.perf_counter() - start, 1)
         result(out)
-    """, timeout=60 * len(paths))
+    """, timeout=timeout_each * len(paths), **env)
+    return out
+
+
+@pytest.fixture(scope="module")
+def more_archs(models, request):
+    """Each of MORE_ARCHS this session selected, served eagerly by serve_each."""
+    test = test_greedy_batch_of_more_architectures_equals_hf_cpu.__name__
+    selected = {item.callspec.params["name"] for item in request.session.items
+                if getattr(item, "originalname", None) == test}
+    paths = {name: models[name] for name in vllm_models.MORE_ARCHS if name in selected}
+    out = serve_each(paths, 60)
     print("engine + generate seconds:", {name: r["seconds"] for name, r in out.items()})
     return out
 

@@ -15,11 +15,9 @@ ARCHS = ["gpt2", "gemma3", "falcon-parallel", "phi"]
 
 @pytest.fixture(scope="module")
 def compiled_runs(tmp_path_factory):
-    """Every architecture of ARCHS served compiled in turn by one interpreter (an in-process
-    engine's shutdown leaves the next one a clean state): tokens, log-probs, programs made before
-    the engine was ready and after generating, and the op counts; or the error."""
+    """Every architecture of ARCHS served compiled by serve_each."""
     import vllm_models
-    from test_vllm import CHAT_TEMPLATE, NEW_TOKENS, PROMPTS, demo, run_vllm
+    from test_vllm import CHAT_TEMPLATE, demo, serve_each
 
     root = tmp_path_factory.mktemp("vllm-compiled-archs")
     tokenizer = demo.train_tokenizer(demo.TEXT, 512)
@@ -29,32 +27,8 @@ def compiled_runs(tmp_path_factory):
     for name in ARCHS:
         paths[name] = str(root / name)
         vllm_models.save(paths[name], configs[name], tokenizer)
-    out = run_vllm(f"""
-        import gc, traceback
-        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
-        out = {{}}
-        for name, path in {paths!r}.items():
-            llm = None
-            try:
-                llm = engine(path, enforce_eager=False, max_num_batched_tokens=64)
-                ready = torch_neuronx.compile_stats()["programs"]
-                torch_neuronx.reset_op_counts()
-                outputs = llm.generate({PROMPTS!r}, SamplingParams(max_tokens={NEW_TOKENS}, min_tokens={NEW_TOKENS},
-                                                                   temperature=0.0, logprobs=0))
-                out[name] = {{"tokens": tokens(outputs), "logprobs": logprobs(outputs), "ready": ready,
-                             "after": torch_neuronx.compile_stats()["programs"],
-                             "mode": int(llm.llm_engine.vllm_config.compilation_config.mode), **counted(llm)}}
-            except Exception:
-                out[name] = {{"error": traceback.format_exc()[-4000:]}}
-            finally:
-                if llm is not None:
-                    llm.llm_engine.engine_core.shutdown()
-                else:
-                    cleanup_dist_env_and_memory()
-                del llm
-                gc.collect()
-        result(out)
-    """, timeout=240 * len(ARCHS), TORCH_NEURONX_VLLM_COMPILE="1")
+    out = serve_each(paths, 240, {"enforce_eager": False, "max_num_batched_tokens": 64},
+                     TORCH_NEURONX_VLLM_COMPILE="1")
     return paths, out
 
 
