@@ -97,6 +97,10 @@ for _i, (_model, _batch, _inp, _out, _, _, _src) in enumerate(aws_trn1_figures.R
     CONFIGS[f"trn1-{_i}"] = (_model, _batch, _inp, _out, 32, False, "trn1")
 for _metric, _column in (("TTFT", 4), ("TPOT", 5)):
     PUBLISHED += [(f"trn1-{i}", _metric, row[_column], row[6]) for i, row in enumerate(aws_trn1_figures.ROWS)]
+# Training: (model, sequences per step, sequence length, 0, TP x DP cores, not served, profile, TP).
+for _i, (_model, _tp, _dp, _seq, _batch, _rate, _src) in enumerate(aws_trn1_figures.TRAINING):
+    CONFIGS[f"trn1-train-{_i}"] = (_model, _batch, _seq, 0, _tp * _dp, False, "trn1", _tp)
+    PUBLISHED.append((f"trn1-train-{_i}", "seq/s", _rate, _src))
 
 
 # Why a row misses, where it was looked into (printed for the worst row).
@@ -124,7 +128,10 @@ AXES = {"kernel_launch_us": [i * 0.5 for i in range(25)],
 
 
 def _label(config: str, metric: str) -> str:
-    model, conc, seq, out, cores, _, profile = CONFIGS[config]
+    model, conc, seq, out, cores, _, profile = CONFIGS[config][:7]
+    if metric == "seq/s":
+        tp = CONFIGS[config][7]
+        return f"{model} training {conc}x{seq} TP{tp} DP{cores // tp} {metric}"
     return f"{model} {'c' if profile == 'trn2' else 'b'}{conc} in{seq} out{out} TP{cores} {metric}"
 
 
@@ -138,7 +145,7 @@ def estimates(keys=None) -> dict:
     keys = set(keys) if keys is not None else {row[0] for row in PUBLISHED}
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for key, (model, conc, seq, n_out, cores, served, profile) in CONFIGS.items():
+        for key, (model, conc, seq, n_out, cores, served, profile, *tp) in CONFIGS.items():
             if key not in keys:
                 continue
             path = os.path.join(tmp, model)
@@ -146,6 +153,10 @@ def estimates(keys=None) -> dict:
             with open(os.path.join(path, "config.json"), "w") as f:
                 json.dump(MODELS[model], f)
             t0 = time.perf_counter()
+            if tp:
+                step_ms, counts = _training(path, conc, seq, tp[0], cores // tp[0], profile)
+                out[key] = (step_ms, counts, 0.0, {}, time.perf_counter() - t0)
+                continue
             r = report.assess(path, batch=conc, seq=seq, generate=n_out, devices=cores, profiles=(profile,),
                               check_compile=False)["estimate"][profile]
             prompt_ms, counts = r["first_seconds"] * 1e3, dict(r["counts"]["prompt"])
@@ -156,9 +167,27 @@ def estimates(keys=None) -> dict:
     return out
 
 
+def _training(path: str, batch: int, seq: int, tp: int, dp: int, profile: str) -> tuple:
+    """(ms, counts) of one training step of `batch` sequences: each data-parallel replica (TP=tp)
+    runs its share one sequence at a time (microbatch 1, gradients accumulated), then the replicas
+    reduce their gradients and gather their weights (ZeRO-1: the bytes of one all-reduce of the
+    BF16 gradients, among replicas tp cores apart)."""
+    r = report.assess(path, batch=1, seq=seq, train=True, devices=tp, profiles=(profile,), check_compile=False)
+    est, lnc = r["estimate"][profile], cost_constants.LNC[profile]
+    micro = batch // dp
+    shard = r["parameters"] * 2 / tp
+    sync = cost_constants.collective_seconds("all_reduce", shard, dp, profile, lnc, tp)[0]
+    counts = {k: v * micro for k, v in est["counts"]["prompt"].items()}
+    counts["hops"] += cost_constants.hops("all_reduce", dp, profile, lnc, tp).get("neuronlink", 0)
+    return (micro * est["step_seconds"] + sync) * 1e3, counts
+
+
 def _time(metric: str, config: str, prompt_ms, token_ms, published: float):
-    """(estimated, published) as times in ms per request (a throughput row: ms per token served)."""
-    _, conc, _, out, _, _, _ = CONFIGS[config]
+    """(estimated, published) as times in ms per request (a throughput row: ms per token served,
+    a training row: ms per sequence trained)."""
+    _, conc, _, out, _, _, _ = CONFIGS[config][:7]
+    if metric == "seq/s":
+        return prompt_ms / conc, 1e3 / published
     if metric == "TTFT":
         return prompt_ms, published
     if metric == "TPOT":
@@ -220,7 +249,8 @@ def fit(train: list, est: dict, profile: str) -> dict:
     for _, pub, _, config, metric in (r for r in train if profile_of(r) == profile):
         prompt_ms, prompt_counts, token_ms, token_counts, _ = est[config]
         e, p = _time(metric, config, _repriced(prompt_ms, prompt_counts, values, profile),
-                     _repriced(token_ms, token_counts, values, profile), pub if metric != "tok/s" else 1e3 / pub)
+                     _repriced(token_ms, token_counts, values, profile) if token_counts else 0.0,
+                     pub if metric not in ("tok/s", "seq/s") else 1e3 / pub)
         err += np.abs(np.log(np.maximum(e, 1e-9) / p))
     best = int(np.argmin(err))
     return {k: float(v[best]) for k, v in values.items()}
@@ -270,7 +300,7 @@ def main(argv=None):
     print("\nconstants (cost_constants.py):\n" + cost_constants.table())
     print("\nsources (trn2.48xlarge, BF16, LNC=2, c = the benchmark's concurrent requests; trn1.32xlarge, b = batch):")
     for source in sorted({src for _, _, _, src in PUBLISHED}):
-        configs = sorted({_label(k, "")[:-1] for k, _, _, src in PUBLISHED if src == source})
+        configs = sorted({_label(k, m).rsplit(" ", 1)[0] for k, m, _, src in PUBLISHED if src == source})
         print(f"  {source}: {'; '.join(configs)}")
     return 0
 

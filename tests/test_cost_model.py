@@ -9,7 +9,7 @@ import transformers
 
 import torch_neuronx
 from torch_neuronx import cost_constants
-from torch_neuronx.cost_model import PHYSICAL_CORES, ROOFLINES
+from torch_neuronx.cost_model import PHYSICAL_CORES, ROOFLINES, Estimate
 
 
 @pytest.mark.parametrize("profile", ["trn2", "trn3"])
@@ -239,6 +239,29 @@ def test_trn1_validates_the_model_and_is_never_a_device():
     # 32 ranks fill the 16 chips of a trn1.32xlarge two by two: the torus, not EFA
     assert cost_constants.topology(32, 1, "trn1") == "neuronlink"
     assert cost_constants.topology(64, 1, "trn1") == "efa"
+
+
+def test_a_data_parallel_group_talks_over_the_links_its_replicas_span():
+    """A DP group's ranks sit one per TP group, tp cores apart: 4 replicas of TP=16 on trn2 span 64
+    cores over the NeuronLink torus (not one chip, as 4 neighbouring cores would), and 32 replicas
+    of TP=32 on trn1 one instance each, over EFA; the layouts price FSDP's collectives so."""
+    from torch_neuronx import report_layouts
+
+    assert cost_constants.topology(4, 2, "trn2") == "chip"
+    assert cost_constants.topology(4, 2, "trn2", stride=16) == "neuronlink"
+    assert cost_constants.hops("all_reduce", 4, "trn2", 2, 16) == {"neuronlink": 4}
+    assert cost_constants.topology(32, 1, "trn1", stride=32) == "efa"
+    assert cost_constants.hops("all_reduce", 32, "trn1", 1, 32) == {"efa": 10}
+    near = cost_constants.collective_seconds("reduce_scatter", 1 << 30, 4, "trn2", 2)[0]
+    apart = cost_constants.collective_seconds("reduce_scatter", 1 << 30, 4, "trn2", 2, 16)[0]
+    assert apart > near
+    est = Estimate("trn2", 2)
+    cfg = {"layers": 0, "hidden": 64, "item": 2, "batch": 1, "seq": 8, "train": True, "generate": 0,
+           "params": 1 << 28, "fsdp": True, "kv_heads": 1}
+    shard = cfg["params"] * cfg["item"] / 16
+    want = (cost_constants.collective_seconds("reduce_scatter", shard, 4, "trn2", 2, 16)[0]
+            + 2 * cost_constants.collective_seconds("all_gather", shard, 4, "trn2", 2, 16)[0])
+    assert report_layouts.price("trn2", 16, 4, est, None, cfg)["terms"]["collectives"] == pytest.approx(want)
 
 
 def test_a_run_of_pointwise_ops_is_one_kernel():

@@ -106,7 +106,7 @@ CONSTANTS["trn3"].update({
 # Trn1, to validate the model against AWS's Trn1 figures (the only ones published across models,
 # batch sizes and sequence lengths); its latency constants are fitted to those rows alone.
 CONSTANTS["trn1"] = {
-    "kernel_launch_us": Constant(3.0, "µs per kernel", "fitted", "as trn2's, fitted to the Trn1 rows"),
+    "kernel_launch_us": Constant(1.0, "µs per kernel", "fitted", "as trn2's, fitted to the Trn1 rows"),
     "dma_fixed_us": Constant(_nki_dma_fixed_us("trn2"), "µs per op", "assumed",
                              "trn2's NKI DMA descriptor start-up (no NeuronCore-v2 figure published)"),
     "step_overhead_us": Constant(2000.0, "µs per forward step", "fitted",
@@ -117,13 +117,13 @@ CONSTANTS["trn1"] = {
                                         "the two cores of a chip share its HBM, 820 GB/s: " + TRN1_PAGE),
     "neuronlink_bytes_per_s": Constant(384 * 2 ** 30, "bytes/s per chip", "doc",
                                        "NeuronLink-v2, 384 GiB/s per device on trn1.32xlarge: " + TRN1_INSTANCE),
-    "neuronlink_ring_bytes_per_s": Constant(20e9, "bytes/s per rank", "fitted",
+    "neuronlink_ring_bytes_per_s": Constant(25e9, "bytes/s per rank", "fitted",
                                             "the bus bandwidth a ring achieves over the 2D torus, fitted to the "
                                             "Trn1 rows"),
     "efa_bytes_per_s": Constant(800e9 / 8, "bytes/s per instance", "doc", "800 Gbps EFA per trn1.32xlarge: "
                                 + TRN1_INSTANCE),
     "chip_hop_us": Constant(0.5, "µs per algorithm step", "assumed", "as trn2's (no Trn1 figure published)"),
-    "neuronlink_hop_us": Constant(2.0, "µs per algorithm step", "fitted",
+    "neuronlink_hop_us": Constant(6.0, "µs per algorithm step", "fitted",
                                   "a step of a collective over the torus, fitted to the Trn1 decodes (two "
                                   "all-reduces per layer over 32 cores)"),
     "efa_hop_us": Constant(20.0, "µs per algorithm step", "assumed", "as trn2's (no Trn1 row crosses EFA)"),
@@ -134,14 +134,16 @@ def value(profile: str, name: str) -> float:
     return CONSTANTS[profile][name].value
 
 
-def topology(ranks: int, lnc: int = 2, profile: str = "trn2") -> str:
+def topology(ranks: int, lnc: int = 2, profile: str = "trn2", stride: int = 1) -> str:
     """Where a group of `ranks` logical cores at LNC=`lnc` talks: within one chip, across the
-    instance's NeuronLink torus, or across instances over EFA (ranks fill a chip, then an instance,
-    AWS's recommended placement)."""
+    instance's NeuronLink torus, or across instances over EFA. Ranks fill a chip, then an instance
+    (AWS's recommended placement); `stride` cores apart (a data-parallel group across tensor-parallel
+    groups of `stride` cores), the group spans ranks * stride cores."""
     per_chip = PHYSICAL_CORES_PER_CHIP[profile] // lnc
-    if ranks <= per_chip:
+    span = ranks * stride
+    if span <= per_chip:
         return "chip"
-    if ranks <= per_chip * CHIPS_PER_INSTANCE:
+    if span <= per_chip * CHIPS_PER_INSTANCE:
         return "neuronlink"
     return "efa"
 
@@ -149,9 +151,11 @@ def topology(ranks: int, lnc: int = 2, profile: str = "trn2") -> str:
 _KINDS = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}
 
 
-def collective_seconds(kind: str, nbytes: int, ranks: int, profile: str = "trn2", lnc: int = 2) -> tuple:
+def collective_seconds(kind: str, nbytes: int, ranks: int, profile: str = "trn2", lnc: int = 2,
+                       stride: int = 1) -> tuple:
     """(seconds, bound) of one collective of `nbytes` (the full buffer: all-reduce's input,
-    all-gather's output, reduce-scatter's input, all-to-all's input) among `ranks` logical cores.
+    all-gather's output, reduce-scatter's input, all-to-all's input) among `ranks` logical cores,
+    `stride` cores apart (see topology).
 
     Latency: a hierarchical algorithm's ceil(log2(ranks)) steps (twice for all-reduce: a
     reduce-scatter then an all-gather), each level's steps at its own hop latency: within a chip,
@@ -164,7 +168,7 @@ def collective_seconds(kind: str, nbytes: int, ranks: int, profile: str = "trn2"
         raise ValueError(f"collective_seconds: nbytes must be >= 0 and ranks >= 1, got {nbytes} and {ranks}")
     if ranks == 1:
         return 0.0, "none"
-    where = topology(ranks, lnc, profile)
+    where = topology(ranks, lnc, profile, stride)
     per_chip = PHYSICAL_CORES_PER_CHIP[profile] // lnc
     c = CONSTANTS[profile]
     if where == "chip":
@@ -173,19 +177,21 @@ def collective_seconds(kind: str, nbytes: int, ranks: int, profile: str = "trn2"
         bw = c["neuronlink_ring_bytes_per_s"].value
     else:
         bw = c["efa_bytes_per_s"].value / (per_chip * CHIPS_PER_INSTANCE)
-    latency = sum(n * c[f"{level}_hop_us"].value * 1e-6 for level, n in hops(kind, ranks, profile, lnc).items())
+    steps = hops(kind, ranks, profile, lnc, stride)
+    latency = sum(n * c[f"{level}_hop_us"].value * 1e-6 for level, n in steps.items())
     bus = (ranks - 1) / ranks * (2 if kind == "all_reduce" else 1)
     bandwidth = bus * nbytes / bw
     return latency + bandwidth, ("collective latency" if latency >= bandwidth else "collective bandwidth")
 
 
-def hops(kind: str, ranks: int, profile: str = "trn2", lnc: int = 2) -> dict:
-    """The algorithm steps of one collective among `ranks` logical cores, per level it crosses
-    ("chip", "neuronlink", "efa"): ceil(log2(n)) at a level of n members, twice for all-reduce (a
-    reduce-scatter, then an all-gather)."""
+def hops(kind: str, ranks: int, profile: str = "trn2", lnc: int = 2, stride: int = 1) -> dict:
+    """The algorithm steps of one collective among `ranks` logical cores `stride` apart, per level
+    it crosses ("chip", "neuronlink", "efa"): ceil(log2(n)) at a level of n members, twice for
+    all-reduce (a reduce-scatter, then an all-gather)."""
     per_chip = PHYSICAL_CORES_PER_CHIP[profile] // lnc
-    levels = (("chip", min(ranks, per_chip)), ("neuronlink", min(max(ranks // per_chip, 1), CHIPS_PER_INSTANCE)),
-              ("efa", max(ranks // (per_chip * CHIPS_PER_INSTANCE), 1)))
+    on_chip = min(ranks, max(per_chip // stride, 1))  # members sharing a chip
+    on_instance = min(ranks, max(per_chip * CHIPS_PER_INSTANCE // stride, 1))  # members sharing an instance
+    levels = (("chip", on_chip), ("neuronlink", on_instance // on_chip), ("efa", math.ceil(ranks / on_instance)))
     twice = 2 if kind == "all_reduce" else 1
     return {level: twice * math.ceil(math.log2(n)) for level, n in levels if n > 1}
 

@@ -62,11 +62,12 @@ def price(profile: str, tp: int, dp: int, step: Estimate, decode: Estimate | Non
     if train and dp > 1:
         shard = cfg["params"] * cfg["item"] / tp
         lnc = cost_constants.LNC[profile]
+        # a replica's rank talks to the same rank of each other replica: tp cores apart
         if cfg["fsdp"]:
-            grads = cost_constants.collective_seconds("reduce_scatter", shard, dp, profile, lnc)[0]
-            weights = 2 * cost_constants.collective_seconds("all_gather", shard, dp, profile, lnc)[0]
+            grads = cost_constants.collective_seconds("reduce_scatter", shard, dp, profile, lnc, tp)[0]
+            weights = 2 * cost_constants.collective_seconds("all_gather", shard, dp, profile, lnc, tp)[0]
         else:
-            grads, weights = cost_constants.collective_seconds("all_reduce", shard, dp, profile, lnc)[0], 0.0
+            grads, weights = cost_constants.collective_seconds("all_reduce", shard, dp, profile, lnc, tp)[0], 0.0
         terms["collectives"] += grads + weights
     token = None
     if generate and decode is not None:
