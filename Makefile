@@ -105,8 +105,8 @@ bench-nki: install
 nki-library: install
 	$(PY) tests/nki_library.py $(NKILIB)
 
-# TorchTitan's Llama 3 debug model trained on neuron (1 process, FSDP 2, TP 2) against the same
-# runs on CPU/gloo, from a checkout you give (nothing is fetched; TorchTitan needs torchdata, tyro,
+# TorchTitan's Llama 3 debug model trained on neuron (1 process, FSDP 2, TP 2, compiled, each
+# activation-checkpointing policy, a DCP save resumed) against the same runs on CPU/gloo, from a checkout you give (nothing is fetched; TorchTitan needs torchdata, tyro,
 # spmd_types, tensorboard and triton): make torchtitan TITAN=/path/to/torchtitan. Without one it
 # says how to get one and passes.
 torchtitan: install

@@ -1,7 +1,10 @@
 """Trains TorchTitan's Llama 3 debug model on neuron and on the CPU and compares the losses it logs
 (`make torchtitan TITAN=/path/to/torchtitan`). Nothing is fetched and nothing of TorchTitan's is
 copied here: the trainer runs from the checkout you give, unchanged, as `torchtitan.train` with its
-`llama3_debugmodel` config, its test tokenizer and its `c4_test` dataset.
+`llama3_debugmodel` config, its test tokenizer and its `c4_test` dataset. Layouts: 1 process,
+FSDP2 over 2 ranks, TP 2, compiled, each activation-checkpointing policy (the config's selective
+one in every other row, full, none), and a DCP save at step 5 resumed by a second invocation, whose
+losses must be the uninterrupted neuron run's to the last logged digit.
 
 On neuron TorchTitan needs no help: it finds the device through `torch._utils` like any
 accelerator and takes the `neuron` process-group backend from PyTorch's backend map. TorchTitan has
@@ -31,7 +34,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import shutil
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 COMMIT = "2e962a1"  # the newest TorchTitan whose APIs torch 2.13 has
@@ -53,14 +58,81 @@ TOLERANCE = 1e-3
 # at most over ten steps, so compiled runs get twice the eager bound.
 COMPILED_TOLERANCE = 2e-3
 
-# name, processes, TorchTitan arguments of both runs, of the neuron run only
+
+
+@dataclass(frozen=True)
+class Run:
+    """One layout: TorchTitan arguments of both runs and of the neuron run only; `resume_at` k
+    makes the neuron side a DCP save/resume check (see `_resume_problems`)."""
+
+    name: str
+    processes: int
+    args: tuple[str, ...] = ()
+    neuron_args: tuple[str, ...] = ()
+    resume_at: int | None = None
+
+
+FSDP2 = ("--parallelism.data_parallel_shard_degree", "2")
+# llama3_debugmodel's own activation checkpointing is SelectiveAC (per op: saves matmuls and
+# attention, recomputes the rest), so every row without a policy argument runs it; TorchTitan picks
+# another with a tyro subcommand ("activation-checkpoint:full"), which must come last.
 RUNS = [
-    ("1 process", 1, [], []),
-    ("FSDP 2", 2, ["--parallelism.data_parallel_shard_degree", "2"], []),
-    ("TP 2", 2, ["--parallelism.tensor_parallel_degree", "2"], []),
+    Run("1 process", 1),
+    Run("FSDP 2", 2, FSDP2),
+    Run("TP 2", 2, ("--parallelism.tensor_parallel_degree", "2")),
     # each TransformerBlock and the loss through Inductor, against the eager CPU run
-    ("compile", 1, [], ["--compile.enable"]),
+    Run("compile", 1, neuron_args=("--compile.enable",)),
+    # whole blocks recomputed in backward (FSDP2 regathers their weights for it)
+    Run("FSDP 2 full AC", 2, (*FSDP2, "activation-checkpoint:full")),
+    # no recomputation: the control for both policies
+    Run("FSDP 2 no AC", 2, (*FSDP2, "activation-checkpoint:none")),
+    # DCP: the neuron run saves its sharded model, optimizer, scheduler and data-loader state at
+    # step 5; a second invocation loads it and trains the rest
+    Run("FSDP 2 resume", 2, FSDP2, resume_at=5),
 ]
+_SUBCOMMAND = re.compile(r"^[a-z-]+:[a-z-]+$")  # tyro's way of choosing a config class
+
+
+def _ordered(args) -> list[str]:
+    """Options first, tyro subcommands last: options after a subcommand belong to its class."""
+    return [a for a in args if not _SUBCOMMAND.match(a)] + [a for a in args if _SUBCOMMAND.match(a)]
+
+
+def _ac_policy(args) -> str | None:
+    """The activation-checkpointing class TorchTitan should report applying for these arguments."""
+    chosen = [a.split(":", 1)[1] for a in args if a.startswith("activation-checkpoint:")]
+    return {"selective": "SelectiveAC", "full": "FullAC", "none": None}[chosen[-1] if chosen else "selective"]
+
+
+def _ac_problems(args, text: str) -> list[str]:
+    """A row that asks for a policy must have run it (an argument TorchTitan ignored would
+    otherwise compare the default policy twice)."""
+    applied = re.findall(r"Applied (\w+) activation checkpointing", text)
+    want = _ac_policy(args)
+    if applied != ([want] if want else []):
+        return [f"asked for {want or 'no'} activation checkpointing, the log says {applied or 'none applied'}"]
+    return []
+
+
+def _resume_problems(full: dict, resumed: dict, text: str, checkpoint: Path, at: int, steps: int) -> list[str]:
+    """What is wrong with a resumed run: it must say it loaded `checkpoint` (step `at`), start at
+    step at+1, log exactly steps at+1..steps and log the uninterrupted run's losses for them, to
+    the last printed digit (same device, same kernels, same state)."""
+    problems = []
+    if f"Loading the checkpoint from {checkpoint}." not in text:
+        problems.append(f"the resumed run does not say it loaded {checkpoint}")
+    if f"Training starts at step {at + 1}" not in text:
+        problems.append(f"the resumed run does not start at step {at + 1}")
+    if "rc" in resumed:
+        problems.append(f"the resumed run failed (exit {resumed['rc']})")
+    logged = sorted(s for s in resumed if s != "rc")
+    if logged != list(range(at + 1, steps + 1)):
+        problems.append(f"the resumed run logged steps {logged}, not {at + 1}..{steps}")
+    differ = [s for s in range(at + 1, steps + 1) if s in resumed and resumed[s] != full.get(s)]
+    if differ:
+        problems.append("resumed losses differ from the uninterrupted run's at steps "
+                        + ", ".join(f"{s} ({resumed[s]} vs {full.get(s)})" for s in differ))
+    return problems
 
 _STEP = re.compile(r"step:\s*(\d+)\s+loss:\s*([-+0-9.eE]+)")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -106,6 +178,15 @@ def _titan_args(steps: int, seq_len: int, batch: int, dataset: Path | None, dump
     if dataset is not None:
         args += ["--dataloader.dataset_path", str(dataset)]
     return args
+
+
+def _run_args(run: Run, device: str, base: list[str]) -> list[str]:
+    """A run's TorchTitan arguments on `device` from the common ones (`_titan_args`): the neuron side
+    of a resume check saves every `resume_at` steps."""
+    args = list(base)
+    if device != "cpu" and run.resume_at is not None:
+        args[args.index("--checkpoint.interval") + 1] = str(run.resume_at)
+    return _ordered(args + list(run.args) + list(run.neuron_args if device != "cpu" else ()))
 
 
 def _run(checkout: Path, device: str, nproc: int, args: list[str], log: Path) -> tuple[dict, str]:
@@ -215,37 +296,65 @@ def main(argv=None) -> int:
         return 1
     rows, ok, done = [], True, {}
     device = "neuron"
-    for name, nproc, extra, neuron_only in RUNS:
-        if args.only and name not in args.only:
+    for run in RUNS:
+        if args.only and run.name not in args.only:
             continue
-        result = {"name": name, "processes": nproc}
-        for dev, dev_args in (("cpu", extra), (device, extra + neuron_only)):
-            key = (dev, nproc, tuple(dev_args))
+        if run.resume_at is not None and not 0 < run.resume_at < args.steps:
+            print(f"torchtitan: {run.name} resumes at step {run.resume_at}, which needs --steps above it")
+            return 1
+        result = {"name": run.name, "processes": run.processes}
+        for dev, dev_args in (("cpu", run.args), (device, run.args + run.neuron_args)):
+            key = (dev, run.processes, dev_args, run.resume_at if dev == device else None)
             if key not in done:  # the compiled layout's CPU reference is the eager one's
-                dump = work / f"{name.replace(' ', '_')}-{dev}"
+                dump = work / f"{run.name.replace(' ', '_')}-{dev}"
                 t0 = time.time()
-                titan_args = _titan_args(args.steps, args.seq_len, args.batch, dataset, dump, seed) + dev_args
-                losses, text = _run(checkout, dev, nproc, titan_args, Path(f"{dump}.log"))
+                titan_args = _run_args(run, dev, _titan_args(args.steps, args.seq_len, args.batch, dataset,
+                                                             dump, seed))
+                losses, text = _run(checkout, dev, run.processes, titan_args, Path(f"{dump}.log"))
                 done[key] = {dev: losses, f"{dev}_seconds": round(time.time() - t0, 1),
-                             f"{dev}_warnings": _warnings(text), f"{dev}_log": f"{dump}.log"}
+                             f"{dev}_warnings": _warnings(text), f"{dev}_log": f"{dump}.log",
+                             f"{dev}_problems": _ac_problems(dev_args, text), f"{dev}_titan_args": titan_args,
+                             f"{dev}_dump": str(dump)}
             result.update(done[key])
+        problems = result["cpu_problems"] + result[f"{device}_problems"]
+        if run.resume_at is not None:
+            # a fresh folder holding only the step-k checkpoint: TorchTitan loads the newest step
+            # of its checkpoint folder, so nothing but the save under test can be what it resumes
+            dump = work / f"{run.name.replace(' ', '_')}-{device}-resumed"
+            checkpoint = dump / "checkpoint" / f"step-{run.resume_at}"
+            saved = Path(result[f"{device}_dump"]) / "checkpoint" / checkpoint.name
+            if saved.is_dir():
+                shutil.copytree(saved, checkpoint)
+            t0 = time.time()
+            titan_args = [str(dump) if a == result[f"{device}_dump"] else a for a in result[f"{device}_titan_args"]]
+            resumed, text = _run(checkout, device, run.processes, titan_args, Path(f"{dump}.log"))
+            result.update(resumed=resumed, resumed_seconds=round(time.time() - t0, 1), resumed_log=f"{dump}.log")
+            problems += ([] if saved.is_dir() else [f"the uninterrupted run saved no {saved}"])
+            problems += _resume_problems(result[device], resumed, text, checkpoint, run.resume_at, args.steps)
         cpu, neu = result["cpu"], result[device]
         steps = [s for s in range(1, args.steps + 1)]
         diffs = [abs(cpu[s] - neu[s]) if s in cpu and s in neu else float("inf") for s in steps]
         result["max_diff"] = max(diffs)
-        bound = COMPILED_TOLERANCE if neuron_only else TOLERANCE
-        result["passed"] = "rc" not in cpu and "rc" not in neu and result["max_diff"] <= bound
+        result["problems"] = problems
+        bound = COMPILED_TOLERANCE if run.neuron_args else TOLERANCE
+        result["passed"] = "rc" not in cpu and "rc" not in neu and result["max_diff"] <= bound and not problems
         ok &= result["passed"]
         rows.append(result)
-        print(f"\n{name} ({nproc} process{'es' if nproc > 1 else ''}): "
+        nproc = run.processes
+        print(f"\n{run.name} ({nproc} process{'es' if nproc > 1 else ''}): "
               f"{'PASS' if result['passed'] else 'FAIL'}  max |cpu - neuron| = {result['max_diff']:.2e}")
-        print("| step | cpu (gloo) | neuron | abs diff |\n|---|---|---|---|")
+        resumed = result.get("resumed")
+        print("| step | cpu (gloo) | neuron | abs diff |" + (" neuron resumed |" if resumed else "")
+              + "\n|---|---|---|---|" + ("---|" if resumed else ""))
         for s, d in zip(steps, diffs):
-            print(f"| {s} | {cpu.get(s, float('nan')):.5f} | {neu.get(s, float('nan')):.5f} | {d:.1e} |")
-        for dev in ("cpu", device):
-            if "rc" in result[dev]:
+            print(f"| {s} | {cpu.get(s, float('nan')):.5f} | {neu.get(s, float('nan')):.5f} | {d:.1e} |"
+                  + (f" {resumed[s]:.5f} |" if resumed and s in resumed else " |" if resumed else ""))
+        for problem in problems:
+            print(f"  problem: {problem}")
+        for dev in ("cpu", device, "resumed"):
+            if dev in result and "rc" in result[dev]:
                 print(f"{dev} run failed (exit {result[dev]['rc']}), log: {result[f'{dev}_log']}")
-            for w in result[f"{dev}_warnings"]:
+            for w in result.get(f"{dev}_warnings", []):
                 print(f"  {dev} warning: {w}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
