@@ -106,9 +106,10 @@ nki-library: install
 	$(PY) tests/nki_library.py $(NKILIB)
 
 # TorchTitan's Llama 3 debug model trained on neuron (1 process, FSDP 2, TP 2, compiled, each
-# activation-checkpointing policy, a DCP save resumed) against the same runs on CPU/gloo, from a checkout you give (nothing is fetched; TorchTitan needs torchdata, tyro,
-# spmd_types, tensorboard and triton): make torchtitan TITAN=/path/to/torchtitan. Without one it
-# says how to get one and passes.
+# activation-checkpointing policy, a DCP save resumed) against the same runs on CPU/gloo, from a
+# checkout you give (nothing is fetched; TorchTitan needs torchdata, tyro, spmd_types, tensorboard
+# and triton): make torchtitan TITAN=/path/to/torchtitan. Without one it says how to get one and
+# passes.
 torchtitan: install
 	$(PY) tests/torchtitan_run.py $(TITAN)
 
