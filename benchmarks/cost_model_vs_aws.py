@@ -20,6 +20,7 @@ import os
 import sys
 import tempfile
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -70,16 +71,27 @@ TQWEN = SDK + "libraries/nxd-inference/tutorials/sd-inference-tutorial.html (LLM
 TOSS = SDK + "vllm-neuron/docs/tutorials/tutorial-eagle3-speculative-decoding-gpt-oss.html (median, baseline)"
 TDSV3 = ("https://github.com/aws-neuron/neuronx-distributed-inference/blob/main/contrib/models/DeepSeek-V3/README.md "
          "(NxDI contrib port, SDK 2.28, benchmark_sampling p50; BF16)")
-# The published configurations: (model, concurrent requests, input tokens, output tokens, logical
-# cores, served: through an HTTP server, whose TTFT holds a request's admission, or the library's own
-# loop, profile).
+class Config(NamedTuple):
+    """A published configuration. `served`: through an HTTP server, whose TTFT holds a request's
+    admission, or the library's own loop. A training run (`tp` > 0) trains `batch` sequences of
+    `seq` tokens per step on `cores` = TP x DP cores."""
+    model: str
+    batch: int  # concurrent requests (Trn2's benchmarks), the batch (Trn1's), sequences per step (training)
+    seq: int  # input tokens
+    out: int  # output tokens
+    cores: int  # logical cores
+    served: bool
+    profile: str
+    tp: int = 0
+
+
 CONFIGS = {
-    "70B": ("Llama-3.3-70B", 1, 10000, 1500, 64, True, "trn2"),
-    "405B": ("Llama-3.1-405B", 1, 10000, 1500, 64, True, "trn2"),
-    "8B": ("Llama-3.1-8B", 2, 512, 128, 8, True, "trn2"),
-    "Qwen3": ("Qwen3-32B", 1, 128, 558, 64, True, "trn2"),  # 512 asked; the run reports 558 tokens out per request
-    "GPT-OSS": ("GPT-OSS-120B", 1, 512, 128, 16, True, "trn2"),
-    "DSV3": ("DeepSeek-V3", 1, 256, 256, 64, False, "trn2"),
+    "70B": Config("Llama-3.3-70B", 1, 10000, 1500, 64, True, "trn2"),
+    "405B": Config("Llama-3.1-405B", 1, 10000, 1500, 64, True, "trn2"),
+    "8B": Config("Llama-3.1-8B", 2, 512, 128, 8, True, "trn2"),
+    "Qwen3": Config("Qwen3-32B", 1, 128, 558, 64, True, "trn2"),  # 512 asked; the run reports 558 out per request
+    "GPT-OSS": Config("GPT-OSS-120B", 1, 512, 128, 16, True, "trn2"),
+    "DSV3": Config("DeepSeek-V3", 1, 256, 256, 64, False, "trn2"),
 }
 # (configuration, metric, published value: ms, or tok/s for "tok/s", source). Metric by metric, so
 # the held-out third (every third row) holds each kind of figure.
@@ -94,12 +106,11 @@ PUBLISHED = [
 # Trn1's tables give a TTFT and a TPOT per row (their throughput is the two combined): TTFTs first.
 MODELS.update(aws_trn1_figures.MODELS)
 for _i, (_model, _batch, _inp, _out, _, _, _src) in enumerate(aws_trn1_figures.ROWS):
-    CONFIGS[f"trn1-{_i}"] = (_model, _batch, _inp, _out, 32, False, "trn1")
+    CONFIGS[f"trn1-{_i}"] = Config(_model, _batch, _inp, _out, 32, False, "trn1")
 for _metric, _column in (("TTFT", 4), ("TPOT", 5)):
     PUBLISHED += [(f"trn1-{i}", _metric, row[_column], row[6]) for i, row in enumerate(aws_trn1_figures.ROWS)]
-# Training: (model, sequences per step, sequence length, 0, TP x DP cores, not served, profile, TP).
 for _i, (_model, _tp, _dp, _seq, _batch, _rate, _src) in enumerate(aws_trn1_figures.TRAINING):
-    CONFIGS[f"trn1-train-{_i}"] = (_model, _batch, _seq, 0, _tp * _dp, False, "trn1", _tp)
+    CONFIGS[f"trn1-train-{_i}"] = Config(_model, _batch, _seq, 0, _tp * _dp, False, "trn1", _tp)
     PUBLISHED.append((f"trn1-train-{_i}", "seq/s", _rate, _src))
 
 
@@ -128,15 +139,14 @@ AXES = {"kernel_launch_us": [i * 0.5 for i in range(25)],
 
 
 def _label(config: str, metric: str) -> str:
-    model, conc, seq, out, cores, _, profile = CONFIGS[config][:7]
-    if metric == "seq/s":
-        tp = CONFIGS[config][7]
-        return f"{model} training {conc}x{seq} TP{tp} DP{cores // tp} {metric}"
-    return f"{model} {'c' if profile == 'trn2' else 'b'}{conc} in{seq} out{out} TP{cores} {metric}"
+    c = CONFIGS[config]
+    if c.tp:
+        return f"{c.model} training {c.batch}x{c.seq} TP{c.tp} DP{c.cores // c.tp} {metric}"
+    return f"{c.model} {'c' if c.profile == 'trn2' else 'b'}{c.batch} in{c.seq} out{c.out} TP{c.cores} {metric}"
 
 
 def profile_of(row) -> str:
-    return CONFIGS[row[3]][6]
+    return CONFIGS[row[3]].profile
 
 
 def estimates(keys=None) -> dict:
@@ -145,36 +155,37 @@ def estimates(keys=None) -> dict:
     keys = set(keys) if keys is not None else {row[0] for row in PUBLISHED}
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for key, (model, conc, seq, n_out, cores, served, profile, *tp) in CONFIGS.items():
+        for key, c in CONFIGS.items():
             if key not in keys:
                 continue
-            path = os.path.join(tmp, model)
+            path = os.path.join(tmp, c.model)
             os.makedirs(path, exist_ok=True)
             with open(os.path.join(path, "config.json"), "w") as f:
-                json.dump(MODELS[model], f)
+                json.dump(MODELS[c.model], f)
             t0 = time.perf_counter()
-            if tp:
-                step_ms, counts = _training(path, conc, seq, tp[0], cores // tp[0], profile)
-                out[key] = (step_ms, counts, 0.0, {}, time.perf_counter() - t0)
+            if c.tp:  # no decode: its token phase costs nothing
+                step_ms, counts = _training(path, c)
+                out[key] = (step_ms, counts, 0.0, dict.fromkeys(counts, 0), time.perf_counter() - t0)
                 continue
-            r = report.assess(path, batch=conc, seq=seq, generate=n_out, devices=cores, profiles=(profile,),
-                              check_compile=False)["estimate"][profile]
+            r = report.assess(path, batch=c.batch, seq=c.seq, generate=c.out, devices=c.cores, profiles=(c.profile,),
+                              check_compile=False)["estimate"][c.profile]
             prompt_ms, counts = r["first_seconds"] * 1e3, dict(r["counts"]["prompt"])
-            if not served:  # the library's own loop times the model's executions: no request is admitted
-                prompt_ms -= counts["requests"] * cost_constants.value(profile, "request_overhead_us") * 1e-3
+            if not c.served:  # the library's own loop times the model's executions: no request is admitted
+                prompt_ms -= counts["requests"] * cost_constants.value(c.profile, "request_overhead_us") * 1e-3
                 counts["requests"] = 0
             out[key] = (prompt_ms, counts, r["token_seconds"] * 1e3, r["counts"]["token"], time.perf_counter() - t0)
     return out
 
 
-def _training(path: str, batch: int, seq: int, tp: int, dp: int, profile: str) -> tuple:
-    """(ms, counts) of one training step of `batch` sequences: each data-parallel replica (TP=tp)
-    runs its share one sequence at a time (microbatch 1, gradients accumulated), then the replicas
-    reduce their gradients and gather their weights (ZeRO-1: the bytes of one all-reduce of the
-    BF16 gradients, among replicas tp cores apart)."""
-    r = report.assess(path, batch=1, seq=seq, train=True, devices=tp, profiles=(profile,), check_compile=False)
+def _training(path: str, c: Config) -> tuple:
+    """(ms, counts) of one training step of `c.batch` sequences: each data-parallel replica
+    (TP=c.tp) runs its share one sequence at a time (microbatch 1, gradients accumulated), then the
+    replicas reduce their gradients and gather their weights (ZeRO-1: the bytes of one all-reduce of
+    the BF16 gradients, among replicas tp cores apart)."""
+    profile, tp, dp = c.profile, c.tp, c.cores // c.tp
+    r = report.assess(path, batch=1, seq=c.seq, train=True, devices=tp, profiles=(profile,), check_compile=False)
     est, lnc = r["estimate"][profile], cost_constants.LNC[profile]
-    micro = batch // dp
+    micro = c.batch // dp
     shard = r["parameters"] * 2 / tp
     sync = cost_constants.collective_seconds("all_reduce", shard, dp, profile, lnc, tp)[0]
     counts = {k: v * micro for k, v in est["counts"]["prompt"].items()}
@@ -185,7 +196,7 @@ def _training(path: str, batch: int, seq: int, tp: int, dp: int, profile: str) -
 def _time(metric: str, config: str, prompt_ms, token_ms, published: float):
     """(estimated, published) as times in ms per request (a throughput row: ms per token served,
     a training row: ms per sequence trained)."""
-    _, conc, _, out, _, _, _ = CONFIGS[config][:7]
+    conc, out = CONFIGS[config].batch, CONFIGS[config].out
     if metric == "seq/s":
         return prompt_ms / conc, 1e3 / published
     if metric == "TTFT":
@@ -229,7 +240,7 @@ def _repriced(ms: float, counts: dict, values: dict, profile: str = "trn2"):
         return values[name] - c[name].value if name in values else 0.0
 
     us = (counts["ops"] * delta("kernel_launch_us") + counts["steps"] * delta("step_overhead_us")
-          + counts["requests"] * delta("request_overhead_us") + counts.get("hops", 0) * delta("neuronlink_hop_us"))
+          + counts["requests"] * delta("request_overhead_us") + counts["hops"] * delta("neuronlink_hop_us"))
     ring = 0.0
     if "neuronlink_ring_bytes_per_s" in values:
         ring = counts["ring_bytes"] * (1 / values["neuronlink_ring_bytes_per_s"]
@@ -249,7 +260,7 @@ def fit(train: list, est: dict, profile: str) -> dict:
     for _, pub, _, config, metric in (r for r in train if profile_of(r) == profile):
         prompt_ms, prompt_counts, token_ms, token_counts, _ = est[config]
         e, p = _time(metric, config, _repriced(prompt_ms, prompt_counts, values, profile),
-                     _repriced(token_ms, token_counts, values, profile) if token_counts else 0.0,
+                     _repriced(token_ms, token_counts, values, profile),
                      pub if metric not in ("tok/s", "seq/s") else 1e3 / pub)
         err += np.abs(np.log(np.maximum(e, 1e-9) / p))
     best = int(np.argmin(err))

@@ -62,16 +62,24 @@ def method(bias=False):
 
 def reference(layer, x, logits):
     """float64, token by token, over the experts each token picked only."""
-    layer = on(layer, "cpu", torch.float64)
-    x, logits = x.double(), logits.double()
+    logits = logits.double()
     scores = logits.softmax(-1) if layer.scoring_func == "softmax" else logits.sigmoid()
     weights, ids = scores.topk(layer.top_k, dim=-1)
     if layer.renormalize:
         weights = weights / weights.sum(-1, keepdim=True)
+    return experts64(layer, x, weights, ids)
+
+
+def experts64(layer, x, weights, ids, on_input=False):
+    """float64: each token through the experts `ids` picked for it, each output weighted by its
+    routing weight, or (`on_input`) each input row."""
+    layer = on(layer, "cpu", torch.float64)
+    x = x.double()
     out = torch.zeros_like(x)
     for t in range(x.shape[0]):
-        for w, e in zip(weights[t], ids[t]):
-            h = layer.w13_weight[e] @ x[t]
+        for w, e in zip(weights[t].double(), ids[t].tolist()):
+            row = w * x[t] if on_input else x[t]
+            h = layer.w13_weight[e] @ row
             if layer.w13_bias is not None:
                 h = h + layer.w13_bias[e]
             if layer.activation in GATED:
@@ -82,7 +90,7 @@ def reference(layer, x, logits):
             y = layer.w2_weight[e] @ h
             if layer.w2_bias is not None:
                 y = y + layer.w2_bias[e]
-            out[t] += w * y
+            out[t] += y if on_input else w * y
     return out
 
 
@@ -200,13 +208,7 @@ def test_grouped_top_k_routes_as_vllm(case):
         assert [e for e, _ in mine] == [e for e, _ in theirs], t
         torch.testing.assert_close(torch.tensor([w for _, w in mine]), torch.tensor([w for _, w in theirs]))
     out = method().apply_monolithic(device, x.to("neuron"), logits.to("neuron")).cpu().double()
-    layer64 = on(layer, "cpu", torch.float64)
-    ref = torch.zeros(x.shape, dtype=torch.float64)
-    for t in range(x.shape[0]):
-        for e, w in zip(want_ids[t].tolist(), want_w[t].double().tolist()):
-            gate, up = (layer64.w13_weight[e] @ x[t].double()).chunk(2)
-            ref[t] += w * (layer64.w2_weight[e] @ (F.silu(gate) * up))
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out, experts64(layer, x, want_w, want_ids), rtol=1e-5, atol=1e-5)
 
 
 def test_router_weight_on_the_input():
@@ -216,14 +218,8 @@ def test_router_weight_on_the_input():
     g = torch.Generator().manual_seed(4)
     x, logits = torch.randn(10, 16, generator=g), torch.randn(10, 8, generator=g)
     out = method().apply_monolithic(on(layer, "neuron"), x.to("neuron"), logits.to("neuron")).cpu().double()
-    layer64 = on(layer, "cpu", torch.float64)
     weights, ids = logits.double().sigmoid().topk(1, dim=-1)
-    ref = torch.zeros(x.shape, dtype=torch.float64)
-    for t in range(10):
-        e, row = ids[t, 0].item(), weights[t, 0] * x[t].double()
-        gate, up = (layer64.w13_weight[e] @ row).chunk(2)
-        ref[t] = layer64.w2_weight[e] @ (F.silu(gate) * up)
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out, experts64(layer, x, weights, ids, on_input=True), rtol=1e-5, atol=1e-5)
 
 
 def test_unsupported_routing_names_what(monkeypatch):

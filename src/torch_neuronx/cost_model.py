@@ -49,7 +49,6 @@ class Roofline:
     name: str
     tensor_flops: dict  # dtype -> dense FLOP/s per chip
     hbm_bytes_per_s: float
-    link_bytes_per_s: float  # NeuronLink per chip
     clocks: tuple = ()
 
     @property
@@ -74,17 +73,17 @@ class Roofline:
 ROOFLINES = {
     "trn2": Roofline("trn2", {torch.bfloat16: 667e12, torch.float16: 667e12, torch.float32: 181e12,
                               torch.float8_e4m3fn: 1299e12, torch.float8_e5m2: 1299e12},
-                     hbm_bytes_per_s=2.9e12, link_bytes_per_s=1.28e12),
+                     hbm_bytes_per_s=2.9e12),
     "trn3": Roofline("trn3", {torch.bfloat16: 671e12, torch.float16: 671e12, torch.float32: 183e12,
                               torch.float8_e4m3fn: 2517e12, torch.float8_e5m2: 2517e12},
-                     hbm_bytes_per_s=4.9e12, link_bytes_per_s=2.56e12),
+                     hbm_bytes_per_s=4.9e12),
 }
 # Trn1 checks the model against AWS's published Trn1 figures and is never a device: 2 NeuronCore-v2
 # per chip, the Vector engine at 1.12 GHz and the Scalar at 1.4 GHz (cost_constants.TRN1_PAGE; NKI's
 # Trainium/Inferentia2 architecture guide). A chip's two cores have no logical grouping: LNC=1.
 VALIDATION_ROOFLINES = {
     "trn1": Roofline("trn1", {torch.bfloat16: 190e12, torch.float16: 190e12, torch.float32: 47.5e12},
-                     hbm_bytes_per_s=820e9, link_bytes_per_s=384 * 2 ** 30, clocks=(1.12e9, 1.4e9)),
+                     hbm_bytes_per_s=820e9, clocks=(1.12e9, 1.4e9)),
 }
 PHYSICAL_CORES = 8  # per trn2 and trn3 chip
 LANES = 128
@@ -190,8 +189,9 @@ class Estimate:
         `collective`, and `fixed` (each kernel's launch and DMA descriptor, which it does not
         divide), with `ops`, the number of kernels paying the fixed cost."""
         out = {"compute": 0.0, "memory": 0.0, "kv": 0.0, "collective": 0.0, "fixed": 0.0, "ops": 0}
+        launch = roofline(self.profile).fixed_us
         for o in self.ops:
-            fixed = roofline(self.profile).fixed_us * o.launches
+            fixed = launch * o.launches
             out["ops"] += o.launches
             out["fixed"] += min(o.us, fixed)
             work = max(o.us - fixed, 0.0)
