@@ -167,8 +167,8 @@ def estimates(keys=None) -> dict:
                 step_ms, counts = _training(path, c)
                 out[key] = (step_ms, counts, 0.0, dict.fromkeys(counts, 0), time.perf_counter() - t0)
                 continue
-            r = report.assess(path, batch=c.batch, seq=c.seq, generate=c.out, devices=c.cores, profiles=(c.profile,),
-                              check_compile=False)["estimate"][c.profile]
+            r = report.assess(path, batch=c.batch, seq=c.seq, generate=c.out, devices=c.cores, tp=c.cores,
+                              profiles=(c.profile,), check_compile=False)["estimate"][c.profile]
             prompt_ms, counts = r["first_seconds"] * 1e3, dict(r["counts"]["prompt"])
             if not c.served:  # the library's own loop times the model's executions: no request is admitted
                 prompt_ms -= counts["requests"] * cost_constants.value(c.profile, "request_overhead_us") * 1e-3
@@ -183,7 +183,8 @@ def _training(path: str, c: Config) -> tuple:
     replicas reduce their gradients and gather their weights (ZeRO-1: the bytes of one all-reduce of
     the BF16 gradients, among replicas tp cores apart)."""
     profile, tp, dp = c.profile, c.tp, c.cores // c.tp
-    r = report.assess(path, batch=1, seq=c.seq, train=True, devices=tp, profiles=(profile,), check_compile=False)
+    r = report.assess(path, batch=1, seq=c.seq, train=True, devices=tp, tp=tp, profiles=(profile,),
+                      check_compile=False)
     est, lnc = r["estimate"][profile], cost_constants.LNC[profile]
     micro = c.batch // dp
     shard = r["parameters"] * 2 / tp

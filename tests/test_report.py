@@ -123,6 +123,15 @@ def test_the_layouts_for_an_8b_and_a_70b_config(tmp_path):
         assert all(states / 16 + m["activations"] / lay["tp"] <= 0.9 * cap for lay in lays)  # each fits
         assert all(abs(sum(lay["terms"].values()) - lay["step_seconds"]) < 1e-9 for lay in lays)
         assert "LNC=2" in lays[0]["layout"] and ("FSDP" in lays[0]["layout"] or lays[0]["dp"] == 1)
+    # the headline is the fastest layout; --tp prices a chosen one (AWS's TP=64 x DP=2 is slower here)
+    wide = report.assess(str(tmp_path / "8b"), batch=1, seq=2048, train=True, devices=128, check_compile=False)
+    assert wide["estimate"]["trn2"] == wide["layouts"]["trn2"][0]
+    pinned = report.assess(str(tmp_path / "8b"), batch=1, seq=2048, train=True, devices=128, tp=64,
+                           check_compile=False)["estimate"]["trn2"]
+    assert (pinned["tp"], pinned["dp"]) == (64, 2)
+    assert pinned["tokens_per_second"] < wide["estimate"]["trn2"]["tokens_per_second"]
+    for bad in ("3", "128"):  # not a power of two dividing --devices; more than one instance
+        assert report.main([str(tmp_path / "8b"), "--devices", "128", "--tp", bad]) == 2
     (tmp_path / "70b").mkdir()
     (tmp_path / "70b" / "config.json").write_text(json.dumps(LLAMA_70B))
     r = report.assess(str(tmp_path / "70b"), batch=1, seq=4096, generate=16)

@@ -81,9 +81,11 @@ def graph_breaks(fn, **kwargs) -> list:
 
 def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, generate: int = 0,
            dtype: str = "bf16", devices: int | None = None, profiles=tuple(ROOFLINES),
-           check_compile: bool = True) -> dict:
+           check_compile: bool = True, tp: int | None = None) -> dict:
     """The report of the model in `model_dir` (see the module's doc). `devices` estimates the speed on
-    that many logical cores (tensor parallel) instead of the fewest that fit. `profiles` may name
+    that many logical cores instead of the fewest that fit. The headline estimate is the fastest
+    layout that fits them; `tp` prices that tensor-parallel degree instead (data parallel across the
+    rest), as a deployment that has chosen its layout runs. `profiles` may name
     the validation-only trn1 (benchmarks/cost_model_vs_aws.py); `check_compile=False` skips the
     graph-break trace, the slow part, for callers that only want the estimates."""
     if dtype not in _DTYPES:
@@ -92,6 +94,11 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
         raise ReportError("--batch and --seq must be positive, --generate non-negative")
     if devices is not None and devices not in _DEGREES:
         raise ReportError(f"--devices {devices}: expected a power of two from 1 to {_DEGREES[-1]}")
+    if tp is not None and (tp not in _DEGREES or devices is None or devices % tp):
+        raise ReportError(f"--tp {tp}: expected a power of two that divides --devices ({devices})")
+    if tp is not None and tp > min(cost_constants.instance_cores(p) for p in profiles):
+        raise ReportError(f"--tp {tp}: more logical cores than one instance has (tensor parallelism stays "
+                          "within an instance; EFA carries data parallelism)")
     torch_dtype = _DTYPES[dtype]
     config, model = _load(model_dir, torch_dtype)
     params = sum(p.numel() for p in model.parameters())
@@ -155,12 +162,15 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
         if degree is None or min_devices[profile] is None or min_devices[profile] > degree:
             result[profile] = None
             continue
-        tp = min(degree, cost_constants.instance_cores(profile))
-        result[profile] = report_layouts.price(profile, tp, degree // tp, est, decodes.get(profile), cfg)
         options = [report_layouts.price(profile, t, d, est, decodes.get(profile), cfg)
                    for t, d in report_layouts.candidates(
                        degree, report_layouts.fits(memory, _CORE_HBM[profile], train), profile)]
         layouts[profile] = sorted(options, key=lambda r: -r["tokens_per_second"])[:3]
+        if tp is None and layouts[profile]:
+            result[profile] = layouts[profile][0]
+        else:  # a pinned degree, or no layout whose activations fit: all TP within an instance
+            t = tp or min(degree, cost_constants.instance_cores(profile))
+            result[profile] = report_layouts.price(profile, t, degree // t, est, decodes.get(profile), cfg)
     if all(v is None for v in min_devices.values()):
         raise ReportError(f"{total / GIB:,.1f} GiB does not fit {_MAX_DEVICES} logical cores of trn2 or trn3")
     if all(v is None for v in result.values()):
@@ -201,8 +211,8 @@ def _text(r: dict) -> str:
         if est is None:
             lines.append(f"  {profile}: does not fit")
             continue
-        lines.append(f"  {profile}: fits {r['min_devices'][profile]} logical core(s); on {est['devices']}: "
-                     f"step {est['step_seconds']:.3f} s, {est['tokens_per_second']:,.0f} tokens/s, "
+        lines.append(f"  {profile}: fits {r['min_devices'][profile]} logical core(s); "
+                     f"on {est['devices']}, {est['layout']}: step {est['step_seconds']:.3f} s, {est['tokens_per_second']:,.0f} tokens/s, "
                      f"bound by {est['bound']}")
         for i, lay in enumerate(r["layouts"].get(profile, []), 1):
             lines.append(f"    layout {i}: {lay['layout']}: step {lay['step_seconds']:.3f} s, "
@@ -218,13 +228,16 @@ def main(argv=None) -> int:
     p.add_argument("--train", action="store_true")
     p.add_argument("--generate", type=int, default=0, metavar="N")
     p.add_argument("--dtype", default="bf16")
-    p.add_argument("--devices", type=int, metavar="N", help="logical cores (tensor parallel) to estimate the speed on; "
+    p.add_argument("--devices", type=int, metavar="N", help="logical cores to estimate the speed on; "
                    "default: the fewest that fit")
+    p.add_argument("--tp", type=int, metavar="N", help="the tensor-parallel degree to price (data parallel across the "
+                   "rest of --devices); default: the fastest layout that fits")
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--html", metavar="PATH", help="a page with the per-op time breakdown and the memory bars")
     args = p.parse_args(argv)
     try:
-        r = assess(args.model_dir, args.batch, args.seq, args.train, args.generate, args.dtype, args.devices)
+        r = assess(args.model_dir, args.batch, args.seq, args.train, args.generate, args.dtype, args.devices,
+                   tp=args.tp)
     except ReportError as e:
         print(f"torch_neuronx.report: {e}", file=sys.stderr)
         return 2
