@@ -212,8 +212,8 @@ def _text(r: dict) -> str:
             lines.append(f"  {profile}: does not fit")
             continue
         lines.append(f"  {profile}: fits {r['min_devices'][profile]} logical core(s); "
-                     f"on {est['devices']}, {est['layout']}: step {est['step_seconds']:.3f} s, {est['tokens_per_second']:,.0f} tokens/s, "
-                     f"bound by {est['bound']}")
+                     f"on {est['devices']}, {est['layout']}: step {est['step_seconds']:.3f} s, "
+                     f"{est['tokens_per_second']:,.0f} tokens/s, bound by {est['bound']}")
         for i, lay in enumerate(r["layouts"].get(profile, []), 1):
             lines.append(f"    layout {i}: {lay['layout']}: step {lay['step_seconds']:.3f} s, "
                          f"{lay['tokens_per_second']:,.0f} tokens/s, bound by {lay['bound']}")
