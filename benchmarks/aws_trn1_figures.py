@@ -30,6 +30,10 @@ MODELS = {
                              num_attention_heads=40, num_key_value_heads=40, vocab_size=32016,
                              max_position_embeddings=16384, rope_theta=1000000.0),
 }
+# transformers-neuronx as of Neuron 2.18 (its April 2024 sources) computes attention unfused: the
+# scores Q.K^T are a tensor in device memory, masked, softmaxed, then multiplied by V. Its flash
+# attention kernel came with the June 2024 sources, and only for contexts of 4096 tokens or more.
+ATTENTION = "eager"
 # (model, batch, input tokens, output tokens, TTFT ms, TPOT ms, source), each row of the two tables.
 ROWS = [
     ("Llama-3-70B", 1, 2048, 2048, 547.0, 26.2, LATENCY),

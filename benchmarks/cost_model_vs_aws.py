@@ -3,7 +3,9 @@ that names its configuration, rebuilt from configs on the meta device: nothing i
 
 Trn2 rows are NxDI's and vLLM-on-Neuron's published runs; Trn1 rows are the Trn1 inference
 performance tables (transformers-neuronx, TP=32, batch 1 to 8, inputs of 128 to 8192 tokens),
-priced on the validation-only trn1 profile, which is never a device.
+priced on the validation-only trn1 profile, which is never a device. Each configuration is priced
+as the software that ran it computes it: the layout it names (`report.assess(tp=...)`, which pads
+heads as Neuron shards them) and, for the Trn1 tables, unfused attention (aws_trn1_figures.ATTENTION).
 
 A row is one published figure: a TTFT, a TPOT, an end-to-end latency or an output throughput of one
 configuration (model, concurrent requests, input and output tokens, logical cores). The ratio is
@@ -83,6 +85,7 @@ class Config(NamedTuple):
     served: bool
     profile: str
     tp: int = 0
+    attention: str | None = None  # how the run's software computed attention, where not the device's kernel
 
 
 CONFIGS = {
@@ -106,7 +109,7 @@ PUBLISHED = [
 # Trn1's tables give a TTFT and a TPOT per row (their throughput is the two combined): TTFTs first.
 MODELS.update(aws_trn1_figures.MODELS)
 for _i, (_model, _batch, _inp, _out, _, _, _src) in enumerate(aws_trn1_figures.ROWS):
-    CONFIGS[f"trn1-{_i}"] = Config(_model, _batch, _inp, _out, 32, False, "trn1")
+    CONFIGS[f"trn1-{_i}"] = Config(_model, _batch, _inp, _out, 32, False, "trn1", attention=aws_trn1_figures.ATTENTION)
 for _metric, _column in (("TTFT", 4), ("TPOT", 5)):
     PUBLISHED += [(f"trn1-{i}", _metric, row[_column], row[6]) for i, row in enumerate(aws_trn1_figures.ROWS)]
 for _i, (_model, _tp, _dp, _seq, _batch, _rate, _src) in enumerate(aws_trn1_figures.TRAINING):
@@ -161,7 +164,7 @@ def estimates(keys=None) -> dict:
             path = os.path.join(tmp, c.model)
             os.makedirs(path, exist_ok=True)
             with open(os.path.join(path, "config.json"), "w") as f:
-                json.dump(MODELS[c.model], f)
+                json.dump(dict(MODELS[c.model], **({"attn_implementation": c.attention} if c.attention else {})), f)
             t0 = time.perf_counter()
             if c.tp:  # no decode: its token phase costs nothing
                 step_ms, counts = _training(path, c)

@@ -142,3 +142,20 @@ def test_the_layouts_for_an_8b_and_a_70b_config(tmp_path):
     assert top["tp"] >= r["min_devices"]["trn2"] and top["token_seconds"] > 0
     text = report._text(r)
     assert "layout 1: TP=" in text and "bound by" in text and "compared at" in text
+
+
+def test_a_pinned_tp_prices_the_heads_as_neuron_pads_them(tmp_path):
+    """40 heads on TP=32 run as 64 on Neuron (two per core): with --tp the report prices and stores
+    the padded projections and KV cache, and still counts the model's own parameters."""
+    cfg = dict(LLAMA_8B, hidden_size=1280, intermediate_size=3456, num_hidden_layers=2, num_attention_heads=10,
+               num_key_value_heads=10, vocab_size=1024)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    plain = report.assess(str(tmp_path), seq=256, generate=8, devices=8, tp=2, check_compile=False)
+    padded = report.assess(str(tmp_path), seq=256, generate=8, devices=8, tp=8, check_compile=False)
+    assert plain["assumptions"]["heads"] is None
+    assert padded["assumptions"]["heads"] == "10 query heads padded to 16 for TP=8"
+    assert padded["parameters"] == plain["parameters"]
+    qkvo = 2 * 4 * 1280 * 128 * 6  # two layers' q, k, v and o projections of the 6 padded heads
+    assert padded["memory"]["weights"] - plain["memory"]["weights"] == qkvo * 2  # bf16
+    assert padded["memory"]["kv_cache"] == plain["memory"]["kv_cache"] * 16 / 10
+    assert "padded to 16" in report._text(padded)

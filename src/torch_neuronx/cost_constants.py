@@ -106,10 +106,12 @@ CONSTANTS["trn3"].update({
 # Trn1, to validate the model against AWS's Trn1 figures (the only ones published across models,
 # batch sizes and sequence lengths); its latency constants are fitted to those rows alone.
 CONSTANTS["trn1"] = {
-    "kernel_launch_us": Constant(1.0, "µs per kernel", "fitted", "as trn2's, fitted to the Trn1 rows"),
+    "kernel_launch_us": Constant(0.0, "µs per kernel", "fitted",
+                                 "fitted to the Trn1 rows: nothing per kernel beyond the step's overhead and the "
+                                 "DMA descriptors (transformers-neuronx runs each step as one compiled program)"),
     "dma_fixed_us": Constant(_nki_dma_fixed_us("trn2"), "µs per op", "assumed",
                              "trn2's NKI DMA descriptor start-up (no NeuronCore-v2 figure published)"),
-    "step_overhead_us": Constant(2000.0, "µs per forward step", "fitted",
+    "step_overhead_us": Constant(500.0, "µs per forward step", "fitted",
                                  "the runtime's fixed cost per model execution (transformers-neuronx's loop)"),
     "request_overhead_us": Constant(0.0, "µs per served request", "assumed",
                                     "the Trn1 rows time transformers-neuronx's own loop: no request is served"),
@@ -123,7 +125,7 @@ CONSTANTS["trn1"] = {
     "efa_bytes_per_s": Constant(800e9 / 8, "bytes/s per instance", "doc", "800 Gbps EFA per trn1.32xlarge: "
                                 + TRN1_INSTANCE),
     "chip_hop_us": Constant(0.5, "µs per algorithm step", "assumed", "as trn2's (no Trn1 figure published)"),
-    "neuronlink_hop_us": Constant(6.0, "µs per algorithm step", "fitted",
+    "neuronlink_hop_us": Constant(8.0, "µs per algorithm step", "fitted",
                                   "a step of a collective over the torus, fitted to the Trn1 decodes (two "
                                   "all-reduces per layer over 32 cores)"),
     "efa_hop_us": Constant(20.0, "µs per algorithm step", "assumed", "as trn2's (no Trn1 row crosses EFA)"),

@@ -12,6 +12,7 @@ and with `--html PATH` as a page with the time by op and the memory bars (report
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -42,12 +43,37 @@ def _load(model_dir: str, dtype: torch.dtype):
         config = transformers.AutoConfig.from_pretrained(model_dir)
     except (ValueError, KeyError) as e:
         raise ReportError(f"{model_dir}: transformers cannot read this config: {e}") from None
+    return config, _build(model_dir, config, dtype)
+
+
+def _build(model_dir: str, config, dtype: torch.dtype):
+    import transformers
+
     try:
         with torch.device("meta"):
-            model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+            return transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
     except ValueError as e:
         raise ReportError(f"{model_dir}: {type(config).__name__} is not a causal LM transformers knows: {e}") from None
-    return config, model
+
+
+def _pad_heads(config, tp: int | None):
+    """`config` with its query heads padded to a multiple of `tp`, or None where they divide (or no
+    padding keeps each KV head's group whole). Neuron's libraries shard attention by heads and pad
+    them so (transformers-neuronx's decoder.py, NxD Inference's GQA sharding): Llama-2-13B's 40
+    heads on TP=32 run as 64, two per core, and cost that."""
+    heads = getattr(config, "num_attention_heads", None)
+    if not tp or not heads or heads % tp == 0:
+        return None
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    target = -(-heads // tp) * tp
+    if kv != heads and (target - heads) % kv:
+        return None
+    padded = copy.deepcopy(config)
+    padded.head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    padded.num_attention_heads = target
+    if kv == heads:  # multi-head attention: each query head keeps its own KV head
+        padded.num_key_value_heads = target
+    return padded
 
 
 def _plans(op_names) -> tuple[list, list]:
@@ -102,6 +128,12 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
     torch_dtype = _DTYPES[dtype]
     config, model = _load(model_dir, torch_dtype)
     params = sum(p.numel() for p in model.parameters())
+    padded = _pad_heads(config, tp)
+    heads = None
+    if padded is not None:  # priced and stored as sharded: the padded heads compute on zeros
+        heads = f"{config.num_attention_heads} query heads padded to {padded.num_attention_heads} for TP={tp}"
+        config, model = padded, _build(model_dir, padded, torch_dtype)
+    stored = sum(p.numel() for p in model.parameters())
     item = torch_dtype.itemsize
     ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
     saved = [0]
@@ -143,8 +175,8 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
     fallbacks, syncs = _plans({n for n in ops if n.startswith("aten::")})
     kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    memory = {"weights": params * item, "gradients": params * item if train else 0,
-              "optimizer_states": 2 * params * item if train else 0, "activations": saved[0] if train else 0,
+    memory = {"weights": stored * item, "gradients": stored * item if train else 0,
+              "optimizer_states": 2 * stored * item if train else 0, "activations": saved[0] if train else 0,
               "kv_cache": (2 * config.num_hidden_layers * kv_heads * head_dim * (seq + generate) * batch * item
                            if generate else 0)}
     total = sum(memory.values())
@@ -157,7 +189,7 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
     fitting = [d for d in min_devices.values() if d is not None]
     degree = devices if devices is not None else (max(fitting) if fitting else None)
     cfg = {"layers": config.num_hidden_layers, "hidden": config.hidden_size, "item": item, "batch": batch,
-           "seq": seq, "train": train, "generate": generate, "params": params, "fsdp": train, "kv_heads": kv_heads}
+           "seq": seq, "train": train, "generate": generate, "params": stored, "fsdp": train, "kv_heads": kv_heads}
     for profile, est in estimates.items():
         if degree is None or min_devices[profile] is None or min_devices[profile] > degree:
             result[profile] = None
@@ -175,6 +207,7 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
         raise ReportError(f"{total / GIB:,.1f} GiB does not fit {_MAX_DEVICES} logical cores of trn2 or trn3")
     if all(v is None for v in result.values()):
         raise ReportError(f"{total / GIB:,.1f} GiB does not fit {devices} logical cores of trn2 or trn3")
+    per_chip = cost_constants.PHYSICAL_CORES_PER_CHIP[profiles[0]] // cost_constants.LNC[profiles[0]]
     unsupported = sorted(d for d in dtypes if d in ("torch.float64", "torch.complex64", "torch.complex128"))
     return {"model": os.path.abspath(model_dir), "architecture": type(model).__name__,
             "will_run": not fallbacks and not unsupported, "fallbacks": fallbacks, "sync_ops": syncs,
@@ -185,8 +218,10 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
             "layouts": layouts,
             "breakdown": {p: [list(row) for row in (decodes or estimates)[p].by_op()[:30]] for p in estimates},
             "assumptions": {"batch": batch, "seq": seq, "train": train, "generate": generate, "dtype": dtype,
-                            "lnc": 2, "optimizer": "AdamW, states in the parameter dtype" if train else None,
-                            "compared at": f"{degree} logical cores on each profile ({(degree or 0) / 4:g} chips)"}}
+                            "lnc": cost_constants.LNC[profiles[0]], "heads": heads,
+                            "optimizer": "AdamW, states in the parameter dtype" if train else None,
+                            "compared at": f"{degree} logical cores on each profile "
+                                           f"({(degree or 0) / per_chip:g} chips)"}}
 
 
 def _static_cache(config, batch: int, length: int, dtype):
@@ -207,6 +242,8 @@ def _text(r: dict) -> str:
             lines.append(f"  {key}: " + ", ".join(e["op"] for e in r[key]))
     lines.append("  memory (GiB): " + ", ".join(f"{k} {v / GIB:.2f}" for k, v in r["memory"].items()))
     lines.append(f"  compared at {r['assumptions']['compared at']} (cost-model estimates, not measurements)")
+    if r["assumptions"]["heads"]:
+        lines.append(f"  {r['assumptions']['heads']}, as Neuron's libraries shard attention")
     for profile, est in r["estimate"].items():
         if est is None:
             lines.append(f"  {profile}: does not fit")
