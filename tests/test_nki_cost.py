@@ -181,3 +181,42 @@ def test_which_core_each_program_of_a_grid_runs_on():
     assert [nl.core_of((2, nl.nc(2)), (i, j)) for i in range(2) for j in range(2)] == [0, 1, 0, 1]
     assert [nl.core_of((4,), (i,)) for i in range(4)] == [0, 0, 0, 0]
     assert [nl.core_of((4,), (i,), lnc=2) for i in range(4)] == [0, 1, 0, 1]
+
+
+def pe_kernel(a, b, mode):
+    # 64 accumulating [128, 128] x [128, 512] matmuls on operands loaded once
+    s = nl.ndarray((128, 128), dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=s, src=a)
+    m = nl.ndarray((128, 512), dtype=b.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=m, src=b)
+    acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+    for _ in range(64):
+        nisa.nc_matmul(dst=acc, stationary=s, moving=m, perf_mode=mode)
+    res = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=acc)
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+
+
+@pytest.mark.parametrize("profile", ["trn2", "trn3"])
+@pytest.mark.parametrize("dtype,mode", [(torch.bfloat16, None), (torch.float32, None),
+                                        (torch.float8_e4m3fn, nisa.matmul_perf_mode.double_row)])
+def test_the_pe_array_runs_at_the_rate_the_aten_model_prices_a_matmul_at(profile, dtype, mode):
+    """One Tensor Engine model: nc_matmul's cycles give the FLOP/s the aten cost model divides a
+    matmul's FLOPs by (per physical core); fp8 doubles it in double_row mode only."""
+    from torch_neuronx.cost_model import AWS_CHIP_FLOPS, PHYSICAL_CORES, ROOFLINES
+
+    a, b = torch.zeros(128, 128, dtype=dtype), torch.zeros(128, 512, dtype=dtype)
+    est = nki.estimate(pe_kernel, profile=profile)(a, b, mode)
+    rate = est.flops / (est.busy_us["tensor"] * 1e-6)
+    per_core = ROOFLINES[profile].tensor_flops[dtype] / PHYSICAL_CORES
+    assert rate == pytest.approx(per_core)
+    # AWS's chip figures are a little above the PE array's rates (clock rounding)
+    if dtype in AWS_CHIP_FLOPS[profile]:
+        assert 0.85 < per_core / (AWS_CHIP_FLOPS[profile][dtype] / PHYSICAL_CORES) <= 1.0
+    if mode is not None:
+        plain = nki.estimate(pe_kernel, profile=profile)(a, b, None)
+        assert plain.busy_us["tensor"] == pytest.approx(2 * est.busy_us["tensor"])
+        with pytest.raises(nki.NkiValidationError, match="double_row multiplies fp8"):
+            nki.estimate(pe_kernel, profile=profile)(a.bfloat16(), b.bfloat16(), mode)

@@ -69,7 +69,7 @@ CONSTANTS = {
         "neuronlink_bytes_per_s": Constant(1.28e12, "bytes/s per chip", "doc",
                                            "NeuronLink-v3 chip-to-chip bandwidth, all links both ways: "
                                            + TRN2_PAGE),
-        "neuronlink_ring_bytes_per_s": Constant(85e9, "bytes/s per rank", "fitted",
+        "neuronlink_ring_bytes_per_s": Constant(90e9, "bytes/s per rank", "fitted",
                                                 "the bus bandwidth a collective's ring achieves over the torus: "
                                                 "at most one link one way (1.28 TB/s over 4 links x 2 ways = "
                                                 "160 GB/s); fitted with the other three to the 12 training rows"),

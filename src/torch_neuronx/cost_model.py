@@ -70,13 +70,29 @@ class Roofline:
         return self.clocks[1] if self.clocks else _profile.PROFILES[self.name].scalar_hz
 
 
+PHYSICAL_CORES = 8  # per trn2 and trn3 chip
+# AWS's dense FLOP/s per chip (shared/docs/trainium.md): what the PE array's rates below come to.
+# Trn3's 2,517 TFLOPS are MXFP8/MXFP4 (microscaled formats), which no op here computes.
+AWS_CHIP_FLOPS = {
+    "trn2": {torch.bfloat16: 667e12, torch.float32: 181e12, torch.float8_e4m3fn: 1299e12},
+    "trn3": {torch.bfloat16: 671e12, torch.float32: 183e12},
+}
+
+
+def _pe_array_flops(profile: str) -> dict:
+    """Dense FLOP/s per chip by dtype, from the one Tensor Engine model NKI kernels are priced by
+    (nki/_profile.py, nc_matmul's cycles): 128 x 128 MACs per cycle on every physical core for
+    bf16/fp16, twice that for fp8 (the double_row mode AWS's FP8 figure assumes), a quarter for
+    fp32 (four passes). They come to 94-97% of AWS's chip figures for bf16 and fp8 and 87% for fp32,
+    so an aten matmul and an NKI kernel doing the same work are priced alike."""
+    pe = _profile.PROFILES[profile].tensor_peak_flops * PHYSICAL_CORES
+    return {torch.bfloat16: pe, torch.float16: pe, torch.float32: pe / 4,
+            torch.float8_e4m3fn: 2 * pe, torch.float8_e5m2: 2 * pe}
+
+
 ROOFLINES = {
-    "trn2": Roofline("trn2", {torch.bfloat16: 667e12, torch.float16: 667e12, torch.float32: 181e12,
-                              torch.float8_e4m3fn: 1299e12, torch.float8_e5m2: 1299e12},
-                     hbm_bytes_per_s=2.9e12),
-    "trn3": Roofline("trn3", {torch.bfloat16: 671e12, torch.float16: 671e12, torch.float32: 183e12,
-                              torch.float8_e4m3fn: 2517e12, torch.float8_e5m2: 2517e12},
-                     hbm_bytes_per_s=4.9e12),
+    "trn2": Roofline("trn2", _pe_array_flops("trn2"), hbm_bytes_per_s=2.9e12),
+    "trn3": Roofline("trn3", _pe_array_flops("trn3"), hbm_bytes_per_s=4.9e12),
 }
 # Trn1 checks the model against AWS's published Trn1 figures and is never a device: 2 NeuronCore-v2
 # per chip, the Vector engine at 1.12 GHz and the Scalar at 1.4 GHz (cost_constants.TRN1_PAGE; NKI's
@@ -85,7 +101,6 @@ VALIDATION_ROOFLINES = {
     "trn1": Roofline("trn1", {torch.bfloat16: 190e12, torch.float16: 190e12, torch.float32: 47.5e12},
                      hbm_bytes_per_s=820e9, clocks=(1.12e9, 1.4e9)),
 }
-PHYSICAL_CORES = 8  # per trn2 and trn3 chip
 LANES = 128
 
 

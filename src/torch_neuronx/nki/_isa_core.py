@@ -11,7 +11,7 @@ from . import _trace as T
 from ._errors import check, fail
 from ._isa_base import (
     _FLOATS, _LOW, GPSIMD_START, MIN_II, _column, _engine, _is_int, _lower, _no_gpsimd_psum, _on_chip, _op,
-    _RegView, _same_tile, _scalar_step, _tensor, _two_inputs, reduce_cmd,
+    _RegView, _same_tile, _scalar_step, _tensor, _two_inputs, matmul_perf_mode, reduce_cmd,
 )
 from ._tensor import HBM, PSUM, SBUF, SHARED_HBM, NkiTensor
 
@@ -365,6 +365,16 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
               ins)
     check((stationary.dtype == torch.float32) == (moving.dtype == torch.float32), "dtype",
           "fp32 operands multiply only with fp32 operands", ins)
+    # double_row packs two fp8 pairs per PE and cycle (NeuronCore-v3 and v4): twice the rate
+    double = perf_mode in (matmul_perf_mode.double_row, "double_row")
+    check(perf_mode in (None, matmul_perf_mode.none, "none") or double, "perf_mode",
+          f"perf_mode is {perf_mode!r}; nki.isa.matmul_perf_mode has none and double_row", ins)
+    if double:
+        fp8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+        check(stationary.dtype in fp8 and moving.dtype in fp8, "perf_mode",
+              f"double_row multiplies fp8 operands, not {stationary.dtype} and {moving.dtype}", ins)
+        check(not tile_size or tile_size[1] == 128, "perf_mode",
+              "double_row cannot be combined with column tiling (tile_size of fewer than 128 columns)", ins)
     key = (dst.offset, dst.shape, dst.strides)
     opened = trace.matmul_open.setdefault(dst.storage.id, {})
     if accumulate is None:
@@ -380,6 +390,7 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
         acc = False
     opened[key] = True
     cycles = max(min(64, m), n) * (4 if stationary.dtype == torch.float32 else 1)
+    cycles = -(-cycles // 2) if double else cycles
     trace.emit(ins, "tensor", reads=[stationary, moving] + ([dst] if acc else []), writes=[dst],
                steps=[(T.MATMUL, [dst, stationary, moving], [int(acc)], [])], cycles=cycles, flops=2 * k * m * n)
 
