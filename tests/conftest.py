@@ -54,6 +54,14 @@ def run_python(code: str, env: dict | None = None, timeout: int = 120, cwd: str 
                           timeout=timeout, cwd=cwd)
 
 
+@pytest.fixture(scope="session")
+def vllm_models_saved(tmp_path_factory):
+    """The vLLM tests' tiny models (tests/vllm_models.py), saved once for all of them."""
+    import vllm_models
+
+    return vllm_models.build(tmp_path_factory.mktemp("vllm-models"))
+
+
 @pytest.fixture(autouse=True)
 def _sync_after_test():
     yield

@@ -30,19 +30,11 @@ PROMPTS = [
     "whether 'tis nobler in the mind to suffer the slings and arrows of outrageous fortune",
 ]
 NEW_TOKENS = 12
-CHAT_TEMPLATE = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    root = tmp_path_factory.mktemp("vllm-models")
-    tokenizer = demo.train_tokenizer(demo.TEXT, 512)
-    tokenizer.chat_template = CHAT_TEMPLATE
-    paths = {}
-    for name, config in vllm_models.configs(tokenizer).items():
-        paths[name] = str(root / name)
-        vllm_models.save(paths[name], config, tokenizer)
-    return paths
+def models(vllm_models_saved):
+    return vllm_models_saved
 
 
 def hf_greedy(path, prompts, new_tokens=NEW_TOKENS, logprobs=False):

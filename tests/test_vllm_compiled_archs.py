@@ -14,19 +14,11 @@ ARCHS = ["gpt2", "gemma3", "falcon-parallel", "phi"]
 
 
 @pytest.fixture(scope="module")
-def compiled_runs(tmp_path_factory):
+def compiled_runs(vllm_models_saved):
     """Every architecture of ARCHS served compiled by serve_each."""
-    import vllm_models
-    from test_vllm import CHAT_TEMPLATE, demo, serve_each
+    from test_vllm import serve_each
 
-    root = tmp_path_factory.mktemp("vllm-compiled-archs")
-    tokenizer = demo.train_tokenizer(demo.TEXT, 512)
-    tokenizer.chat_template = CHAT_TEMPLATE
-    configs = vllm_models.configs(tokenizer)
-    paths = {}
-    for name in ARCHS:
-        paths[name] = str(root / name)
-        vllm_models.save(paths[name], configs[name], tokenizer)
+    paths = {name: vllm_models_saved[name] for name in ARCHS}
     out = serve_each(paths, 240, {"enforce_eager": False, "max_num_batched_tokens": 64},
                      TORCH_NEURONX_VLLM_COMPILE="1")
     return paths, out

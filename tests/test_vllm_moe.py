@@ -232,19 +232,8 @@ def test_unsupported_routing_names_what(monkeypatch):
 # ---- the method inside vLLM's engine: MoE models against HF on the CPU ----------------------------
 
 @pytest.fixture(scope="module")
-def moe_models(tmp_path_factory):
-    import vllm_models
-    from test_vllm import CHAT_TEMPLATE, demo
-
-    root = tmp_path_factory.mktemp("vllm-moe-models")
-    tokenizer = demo.train_tokenizer(demo.TEXT, 512)
-    tokenizer.chat_template = CHAT_TEMPLATE
-    configs = vllm_models.configs(tokenizer)
-    paths = {}
-    for name in ("mixtral", "qwen3-moe", "qwen2-moe", "glm4-moe"):
-        paths[name] = str(root / name)
-        vllm_models.save(paths[name], configs[name], tokenizer)
-    return paths
+def moe_models(vllm_models_saved):
+    return {name: vllm_models_saved[name] for name in ("mixtral", "qwen3-moe", "qwen2-moe", "glm4-moe")}
 
 
 @pytest.mark.parametrize("mode", ["eager", "compiled"])

@@ -7,6 +7,8 @@ import transformers
 
 T = transformers
 
+CHAT_TEMPLATE = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
+
 # The architectures test_greedy_batch_of_more_architectures_equals_hf_cpu runs, one engine after
 # another in one interpreter.
 MORE_ARCHS = [
@@ -94,3 +96,16 @@ def save(path, config, tokenizer):
             bias.copy_(torch.randn(bias.shape) * 0.5)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
+
+
+def build(root) -> dict:
+    """Every model of configs() saved under `root` with the tests' tokenizer: name -> folder."""
+    from torch_neuronx import demo
+
+    tokenizer = demo.train_tokenizer(demo.TEXT, 512)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    paths = {}
+    for name, config in configs(tokenizer).items():
+        paths[name] = str(root / name)
+        save(paths[name], config, tokenizer)
+    return paths
