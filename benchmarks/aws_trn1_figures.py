@@ -68,17 +68,23 @@ ROWS = [
     ("CodeLlama-13b-hf", 4, 8192, 8192, 4626.17469, 21.09528, THROUGHPUT),
 ]
 
-# Trn1's published pre-training throughput without pipeline parallelism (which the report's
-# layouts do not model), from about-neuron/benchmarks/trn1/training_data_decoder.csv and its
-# history (NxD Training, BF16 autocast with an FP32 optimizer, AdamW, microbatch 1, 1024 sequences
-# per step; the newest figure of each): (model, TP, DP, sequence length, sequences per step,
-# sequences/s, source).
+# Trn1's published pre-training throughput, from about-neuron/benchmarks/trn1/training_data_decoder.csv
+# and its history (NxD Training, BF16 autocast with an FP32 optimizer, AdamW, microbatch 1, 1024
+# sequences per step, 32 trn1.32xlarge unless said; the newest figure of each layout; NeMo's rows,
+# stochastic rounding on other models, and two rows whose layout needs more nodes than they name,
+# are left out): (model, TP, DP, PP, sequence length, sequences per step, sequences/s, source).
 TRAINING_SOURCE = ("https://github.com/aws-neuron/aws-neuron-sdk/blob/master/about-neuron/benchmarks/trn1/"
                    "training_data_decoder.csv (NxD Training, Neuron {})")
 MODELS["Llama-3.1-8B"] = dict(_LLAMA2, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                               num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
                               max_position_embeddings=131072, rope_theta=500000.0)
+MODELS["Llama-3.1-70B"] = dict(MODELS["Llama-3-70B"], max_position_embeddings=131072)
 TRAINING = [
-    ("Llama-3.1-8B", 32, 32, 8192, 1024, 47.95, TRAINING_SOURCE.format("2.24, ZeRO-1, 32 nodes")),
-    ("Llama-2-7b", 8, 64, 4096, 1024, 95.14, TRAINING_SOURCE.format("2.21, 16 nodes")),
+    ("Llama-3.1-8B", 32, 32, 1, 8192, 1024, 47.95, TRAINING_SOURCE.format("2.24, ZeRO-1")),
+    ("Llama-2-7b", 8, 64, 1, 4096, 1024, 95.14, TRAINING_SOURCE.format("2.21, 16 nodes")),
+    ("Llama-3.1-70B", 32, 4, 8, 8192, 1024, 7.94, TRAINING_SOURCE.format("2.24")),
+    ("Llama-2-70b", 32, 4, 8, 4096, 1024, 14.44, TRAINING_SOURCE.format("2.21")),
+    ("Llama-2-70b", 32, 8, 4, 4096, 1024, 17.86, TRAINING_SOURCE.format("2.18")),
+    ("Llama-2-13b", 8, 16, 8, 4096, 1024, 80.33, TRAINING_SOURCE.format("2.21")),
+    ("Llama-2-13b", 8, 32, 4, 4096, 1024, 87.44, TRAINING_SOURCE.format("2.18")),
 ]

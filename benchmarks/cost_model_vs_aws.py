@@ -85,6 +85,7 @@ class Config(NamedTuple):
     served: bool
     profile: str
     tp: int = 0
+    pp: int = 1  # pipeline stages (training)
     attention: str | None = None  # how the run's software computed attention, where not the device's kernel
 
 
@@ -112,8 +113,8 @@ for _i, (_model, _batch, _inp, _out, _, _, _src) in enumerate(aws_trn1_figures.R
     CONFIGS[f"trn1-{_i}"] = Config(_model, _batch, _inp, _out, 32, False, "trn1", attention=aws_trn1_figures.ATTENTION)
 for _metric, _column in (("TTFT", 4), ("TPOT", 5)):
     PUBLISHED += [(f"trn1-{i}", _metric, row[_column], row[6]) for i, row in enumerate(aws_trn1_figures.ROWS)]
-for _i, (_model, _tp, _dp, _seq, _batch, _rate, _src) in enumerate(aws_trn1_figures.TRAINING):
-    CONFIGS[f"trn1-train-{_i}"] = Config(_model, _batch, _seq, 0, _tp * _dp, False, "trn1", _tp)
+for _i, (_model, _tp, _dp, _pp, _seq, _batch, _rate, _src) in enumerate(aws_trn1_figures.TRAINING):
+    CONFIGS[f"trn1-train-{_i}"] = Config(_model, _batch, _seq, 0, _tp * _dp * _pp, False, "trn1", _tp, pp=_pp)
     PUBLISHED.append((f"trn1-train-{_i}", "seq/s", _rate, _src))
 
 
@@ -144,7 +145,8 @@ AXES = {"kernel_launch_us": [i * 0.5 for i in range(25)],
 def _label(config: str, metric: str) -> str:
     c = CONFIGS[config]
     if c.tp:
-        return f"{c.model} training {c.batch}x{c.seq} TP{c.tp} DP{c.cores // c.tp} {metric}"
+        pp = f" PP{c.pp}" if c.pp > 1 else ""
+        return f"{c.model} training {c.batch}x{c.seq} TP{c.tp} DP{c.cores // (c.tp * c.pp)}{pp} {metric}"
     return f"{c.model} {'c' if c.profile == 'trn2' else 'b'}{c.batch} in{c.seq} out{c.out} TP{c.cores} {metric}"
 
 
@@ -182,19 +184,38 @@ def estimates(keys=None) -> dict:
 
 def _training(path: str, c: Config) -> tuple:
     """(ms, counts) of one training step of `c.batch` sequences: each data-parallel replica
-    (TP=c.tp) runs its share one sequence at a time (microbatch 1, gradients accumulated), then the
-    replicas reduce their gradients and gather their weights (ZeRO-1: the bytes of one all-reduce of
-    the BF16 gradients, among replicas tp cores apart)."""
-    profile, tp, dp = c.profile, c.tp, c.cores // c.tp
+    (TP=c.tp, PP=c.pp) runs its share one sequence at a time (microbatch 1, gradients accumulated),
+    then the replicas reduce their gradients and gather their weights (ZeRO-1: the bytes of one
+    all-reduce of the BF16 gradients, among replicas tp cores apart).
+
+    With pipeline stages (NxD's 1F1B schedule, ranks ordered TP, DP, PP), the step is the last
+    stage's, the slowest (its share of the layers and the LM head): its microbatches plus the
+    pp - 1 the pipeline takes to fill and drain, each also sending its activations to the next
+    stage and receiving their gradients (each TP rank its sequence-parallel share)."""
+    profile, tp, pp = c.profile, c.tp, c.pp
+    dp = c.cores // (tp * pp)
+    lnc = cost_constants.LNC[profile]
+    if pp > 1:
+        with open(os.path.join(path, "config.json")) as f:
+            stage = json.load(f)
+        stage["num_hidden_layers"] //= pp
+        path += "-stage"
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, "config.json"), "w") as f:
+            json.dump(stage, f)
     r = report.assess(path, batch=1, seq=c.seq, train=True, devices=tp, tp=tp, profiles=(profile,),
                       check_compile=False)
-    est, lnc = r["estimate"][profile], cost_constants.LNC[profile]
-    micro = c.batch // dp
+    est = r["estimate"][profile]
+    per_micro = est["step_seconds"]
+    if pp > 1:
+        activations = c.seq * MODELS[c.model]["hidden_size"] * 2 / tp
+        per_micro += 2 * cost_constants.collective_seconds("send", activations, 2, profile, lnc, tp * dp)[0]
+    runs = c.batch // dp + pp - 1
     shard = r["parameters"] * 2 / tp
     sync = cost_constants.collective_seconds("all_reduce", shard, dp, profile, lnc, tp)[0]
-    counts = {k: v * micro for k, v in est["counts"]["prompt"].items()}
+    counts = {k: v * runs for k, v in est["counts"]["prompt"].items()}
     counts["hops"] += cost_constants.hops("all_reduce", dp, profile, lnc, tp).get("neuronlink", 0)
-    return (micro * est["step_seconds"] + sync) * 1e3, counts
+    return (runs * per_micro + sync) * 1e3, counts
 
 
 def _time(metric: str, config: str, prompt_ms, token_ms, published: float):

@@ -292,3 +292,15 @@ def test_grouped_mm_reads_only_the_experts_its_rows_can_reach():
     many = torch.empty(4096, 1024, dtype=torch.bfloat16, device="meta")
     (op,) = torch_neuronx.estimate(torch._grouped_mm, many, w, offs, profile="trn2", lnc=2).ops
     assert op.bytes == many.numel() * 2 + w.numel() * 2 + offs.numel() * 4 + 4096 * 2048 * 2
+
+
+def test_a_pipeline_send_moves_its_message_once_over_the_link_it_crosses():
+    """A stage's activations to the next stage: one message, one step at the level the pair spans
+    (the benchmark's pipeline-parallel rows price it so)."""
+    mib = 1 << 20
+    within = cost_constants.collective_seconds("send", mib, 2, "trn2", 2)[0]
+    assert within == pytest.approx(mib / (2.9e12 / 4) + cost_constants.value("trn2", "chip_hop_us") * 1e-6)
+    across = cost_constants.collective_seconds("send", mib, 2, "trn1", 1, stride=128)[0]
+    assert cost_constants.hops("send", 2, "trn1", 1, 128) == {"efa": 1}
+    per_rank = cost_constants.value("trn1", "efa_bytes_per_s") / 32
+    assert across == pytest.approx(mib / per_rank + cost_constants.value("trn1", "efa_hop_us") * 1e-6)

@@ -150,14 +150,14 @@ def topology(ranks: int, lnc: int = 2, profile: str = "trn2", stride: int = 1) -
     return "efa"
 
 
-_KINDS = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}
+_KINDS = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send"}
 
 
 def collective_seconds(kind: str, nbytes: int, ranks: int, profile: str = "trn2", lnc: int = 2,
                        stride: int = 1) -> tuple:
     """(seconds, bound) of one collective of `nbytes` (the full buffer: all-reduce's input,
-    all-gather's output, reduce-scatter's input, all-to-all's input) among `ranks` logical cores,
-    `stride` cores apart (see topology).
+    all-gather's output, reduce-scatter's input, all-to-all's input; a send's message, between
+    `ranks`=2) among `ranks` logical cores, `stride` cores apart (see topology).
 
     Latency: a hierarchical algorithm's ceil(log2(ranks)) steps (twice for all-reduce: a
     reduce-scatter then an all-gather), each level's steps at its own hop latency: within a chip,
@@ -181,7 +181,7 @@ def collective_seconds(kind: str, nbytes: int, ranks: int, profile: str = "trn2"
         bw = c["efa_bytes_per_s"].value / (per_chip * CHIPS_PER_INSTANCE)
     steps = hops(kind, ranks, profile, lnc, stride)
     latency = sum(n * c[f"{level}_hop_us"].value * 1e-6 for level, n in steps.items())
-    bus = (ranks - 1) / ranks * (2 if kind == "all_reduce" else 1)
+    bus = 1.0 if kind == "send" else (ranks - 1) / ranks * (2 if kind == "all_reduce" else 1)
     bandwidth = bus * nbytes / bw
     return latency + bandwidth, ("collective latency" if latency >= bandwidth else "collective bandwidth")
 
