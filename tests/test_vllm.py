@@ -198,15 +198,21 @@ def test_greedy_batch_of_more_architectures_equals_hf_cpu(models, more_archs, na
 
 
 def test_engine_starts_from_the_repository_root_with_cold_caches(models, tmp_path):
-    """vLLM inspects each model class in a subprocess of its own (cached in VLLM_CACHE_ROOT): started
-    in the repository root with nothing cached, that subprocess must import the installed package."""
+    """vLLM inspects each model class it meets (cached in VLLM_CACHE_ROOT), on CUDA in a subprocess
+    that spares the parent CUDA's initialisation; on neuron in the process itself (the general
+    plugin), which saves an interpreter's start per architecture and leaves the device untouched
+    (the engine's process can still be forked). Started in the repository root with nothing cached,
+    the installed package is what runs."""
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = run_vllm(f"""
-        llm = engine({models["llama"]!r})
-        result({{"tokens": tokens(llm.generate({PROMPTS[:2]!r}, greedy({NEW_TOKENS})))}})
+        from vllm.model_executor.models import registry
+        llm = engine({models["llama"]!r}, enforce_eager=True)
+        result({{"tokens": tokens(llm.generate({PROMPTS[:2]!r}, greedy({NEW_TOKENS}))),
+                 "in_process": registry._run_in_subprocess.__module__ == "torch_neuronx.vllm.platform"}})
     """, cwd=repo, VLLM_CACHE_ROOT=str(tmp_path / "vllm-cache"))
     assert out["tokens"] == hf_greedy(models["llama"], PROMPTS[:2])
-    assert os.listdir(tmp_path / "vllm-cache"), "vLLM cached nothing: the cold path did not run"
+    assert out["in_process"]
+    assert os.listdir(tmp_path / "vllm-cache" / "modelinfos"), "vLLM cached nothing: the cold path did not run"
 
 
 SPAWN_WARNING = "We must use the `spawn` multiprocessing start method"

@@ -54,6 +54,21 @@ def _install_start_method_check() -> None:
         system_utils._maybe_force_spawn = functools.partial(_maybe_force_spawn, current)
 
 
+def _run_here(fn):
+    return fn()
+
+
+def inspect_models_in_process() -> None:
+    """vLLM inspects each model class it meets in a subprocess (cached per class in
+    VLLM_CACHE_ROOT), to keep CUDA uninitialised in the process that may fork its engine. Importing
+    a model's module leaves the neuron device untouched (`_maybe_force_spawn` still sees it
+    unused), so the inspection runs in this process: a cold cache costs no extra interpreter
+    importing torch and vLLM (about 9 s per architecture on a 2-core host)."""
+    from vllm.model_executor.models import registry
+
+    registry._run_in_subprocess = _run_here
+
+
 class NeuronPlatform(Platform):
     _enum = PlatformEnum.OOT
     device_name = "neuron"  # process groups put their tensors on torch.device(f"neuron:{i}")
