@@ -257,7 +257,7 @@ def test_a_data_parallel_group_talks_over_the_links_its_replicas_span():
     assert apart > near
     est = Estimate("trn2", 2)
     cfg = {"layers": 0, "hidden": 64, "item": 2, "batch": 1, "seq": 8, "train": True, "generate": 0,
-           "params": 1 << 28, "fsdp": True, "kv_heads": 1}
+           "params": 1 << 28, "fsdp": True, "kv_heads": 1, "heads": 1}
     shard = cfg["params"] * cfg["item"] / 16
     want = (cost_constants.collective_seconds("reduce_scatter", shard, 4, "trn2", 2, 16)[0]
             + 2 * cost_constants.collective_seconds("all_gather", shard, 4, "trn2", 2, 16)[0])
@@ -304,3 +304,23 @@ def test_a_pipeline_send_moves_its_message_once_over_the_link_it_crosses():
     assert cost_constants.hops("send", 2, "trn1", 1, 128) == {"efa": 1}
     per_rank = cost_constants.value("trn1", "efa_bytes_per_s") / 32
     assert across == pytest.approx(mib / per_rank + cost_constants.value("trn1", "efa_hop_us") * 1e-6)
+
+
+def test_attention_compute_divides_down_to_one_head_per_core():
+    """A compute-bound attention kernel splits over heads: TP beyond the head count leaves each
+    core a whole head's work (the rest of the step keeps dividing)."""
+    from torch_neuronx import report_layouts
+
+    q = torch.empty(1, 8, 4096, 128, dtype=torch.bfloat16, device="meta")
+    est = torch_neuronx.estimate(torch.nn.functional.scaled_dot_product_attention, q, q, q, is_causal=True,
+                                 profile="trn2", lnc=2)
+    parts = est.parts()
+    assert parts["attention"] > 0 and parts["compute"] == 0
+    cfg = {"layers": 0, "hidden": 1024, "item": 2, "batch": 1, "seq": 4096, "train": False, "generate": 0,
+           "params": 0, "fsdp": False, "kv_heads": 8}
+
+    def compute(tp, heads):
+        return report_layouts.price("trn2", tp, 1, est, None, dict(cfg, heads=heads))["terms"]["compute"]
+
+    assert compute(32, 8) == pytest.approx(compute(8, 8)) == pytest.approx(parts["attention"] * 1e-6 / 8)
+    assert compute(32, 32) == pytest.approx(compute(8, 32) / 4)

@@ -199,23 +199,26 @@ class Estimate:
 
     def parts(self) -> dict:
         """The step's µs by what bounds it: `compute` and `memory` (the work, which tensor
-        parallelism divides), `kv` (attention bound by reading the KV cache: tensor parallelism
-        divides it only down to one KV head per core, since beyond that the heads are replicated),
-        `collective`, and `fixed` (each kernel's launch and DMA descriptor, which it does not
-        divide), with `ops`, the number of kernels paying the fixed cost."""
-        out = {"compute": 0.0, "memory": 0.0, "kv": 0.0, "collective": 0.0, "fixed": 0.0, "ops": 0}
+        parallelism divides), `attention` (the fused attention kernel bound by its FLOPs: tensor
+        parallelism divides it only down to one query head per core), `kv` (attention bound by
+        reading the KV cache: divided only down to one KV head per core, since beyond that the
+        heads are replicated), `collective`, and `fixed` (each kernel's launch and DMA descriptor,
+        which it does not divide), with `ops`, the number of kernels paying the fixed cost."""
+        out = {"compute": 0.0, "memory": 0.0, "attention": 0.0, "kv": 0.0, "collective": 0.0, "fixed": 0.0,
+               "ops": 0}
         launch = roofline(self.profile).fixed_us
         for o in self.ops:
             fixed = launch * o.launches
             out["ops"] += o.launches
             out["fixed"] += min(o.us, fixed)
             work = max(o.us - fixed, 0.0)
+            attention = o.name.split("::")[-1] in _ATTENTION
             if o.engine == "collective":
                 key = "collective"
             elif o.bound == "compute":
-                key = "compute"
+                key = "attention" if attention else "compute"
             else:
-                key = "kv" if o.name.split("::")[-1] in _ATTENTION else "memory"
+                key = "kv" if attention else "memory"
             out[key] += work
         return out
 

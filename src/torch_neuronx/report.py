@@ -189,7 +189,8 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
     fitting = [d for d in min_devices.values() if d is not None]
     degree = devices if devices is not None else (max(fitting) if fitting else None)
     cfg = {"layers": config.num_hidden_layers, "hidden": config.hidden_size, "item": item, "batch": batch,
-           "seq": seq, "train": train, "generate": generate, "params": stored, "fsdp": train, "kv_heads": kv_heads}
+           "seq": seq, "train": train, "generate": generate, "params": stored, "fsdp": train, "kv_heads": kv_heads,
+           "heads": config.num_attention_heads}
     for profile, est in estimates.items():
         if degree is None or min_devices[profile] is None or min_devices[profile] > degree:
             result[profile] = None

@@ -28,7 +28,7 @@ def describe(tp: int, dp: int, fsdp: bool, profile: str = "trn2") -> str:
 def _pass(est: Estimate, tp: int, profile: str, tokens: int, passes: int, cfg: dict) -> dict:
     """One forward (passes=1) or forward+backward (2) on TP=tp, by term, in seconds."""
     parts = est.parts()
-    terms = {"compute": parts["compute"] * 1e-6 / tp,
+    terms = {"compute": (parts["compute"] / tp + parts["attention"] / min(tp, cfg["heads"])) * 1e-6,
              "HBM": (parts["memory"] / tp + parts["kv"] / min(tp, cfg["kv_heads"])) * 1e-6,
              "collectives": parts["collective"] * 1e-6, "latency": parts["fixed"] * 1e-6}
     # what the fitted constants multiply (benchmarks/cost_model_vs_aws.py --fit reprices with them)
