@@ -163,10 +163,13 @@ def estimates(keys=None) -> dict:
         for key, c in CONFIGS.items():
             if key not in keys:
                 continue
-            path = os.path.join(tmp, c.model)
+            config = dict(MODELS[c.model], **({"attn_implementation": c.attention} if c.attention else {}))
+            # a pipeline's last stage, the slowest: its share of the layers and the LM head
+            config["num_hidden_layers"] //= c.pp
+            path = os.path.join(tmp, key)
             os.makedirs(path, exist_ok=True)
             with open(os.path.join(path, "config.json"), "w") as f:
-                json.dump(dict(MODELS[c.model], **({"attn_implementation": c.attention} if c.attention else {})), f)
+                json.dump(config, f)
             t0 = time.perf_counter()
             if c.tp:  # no decode: its token phase costs nothing
                 step_ms, counts = _training(path, c)
@@ -183,9 +186,9 @@ def estimates(keys=None) -> dict:
 
 
 def _training(path: str, c: Config) -> tuple:
-    """(ms, counts) of one training step of `c.batch` sequences: each data-parallel replica
-    (TP=c.tp, PP=c.pp) runs its share one sequence at a time (microbatch 1, gradients accumulated),
-    then the replicas reduce their gradients and gather their weights (ZeRO-1: the bytes of one
+    """(ms, counts) of one training step of `c.batch` sequences (`path`: the config of one
+    pipeline stage, as estimates() writes it): each data-parallel replica (TP=c.tp, PP=c.pp) runs
+    its share one sequence at a time (microbatch 1, gradients accumulated), then the replicas reduce their gradients and gather their weights (ZeRO-1: the bytes of one
     all-reduce of the BF16 gradients, among replicas tp cores apart).
 
     With pipeline stages (NxD's 1F1B schedule, ranks ordered TP, DP, PP), the step is the last
@@ -195,14 +198,6 @@ def _training(path: str, c: Config) -> tuple:
     profile, tp, pp = c.profile, c.tp, c.pp
     dp = c.cores // (tp * pp)
     lnc = cost_constants.LNC[profile]
-    if pp > 1:
-        with open(os.path.join(path, "config.json")) as f:
-            stage = json.load(f)
-        stage["num_hidden_layers"] //= pp
-        path += "-stage"
-        os.makedirs(path, exist_ok=True)
-        with open(os.path.join(path, "config.json"), "w") as f:
-            json.dump(stage, f)
     r = report.assess(path, batch=1, seq=c.seq, train=True, devices=tp, tp=tp, profiles=(profile,),
                       check_compile=False)
     est = r["estimate"][profile]
