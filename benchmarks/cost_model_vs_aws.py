@@ -188,8 +188,9 @@ def estimates(keys=None) -> dict:
 def _training(path: str, c: Config) -> tuple:
     """(ms, counts) of one training step of `c.batch` sequences (`path`: the config of one
     pipeline stage, as estimates() writes it): each data-parallel replica (TP=c.tp, PP=c.pp) runs
-    its share one sequence at a time (microbatch 1, gradients accumulated), then the replicas reduce their gradients and gather their weights (ZeRO-1: the bytes of one
-    all-reduce of the BF16 gradients, among replicas tp cores apart).
+    its share one sequence at a time (microbatch 1, gradients accumulated), then the replicas
+    reduce their gradients and gather their weights (ZeRO-1: the bytes of one all-reduce of the
+    BF16 gradients, among replicas tp cores apart).
 
     With pipeline stages (NxD's 1F1B schedule, ranks ordered TP, DP, PP), the step is the last
     stage's, the slowest (its share of the layers and the LM head): its microbatches plus the
