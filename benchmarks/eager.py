@@ -1,7 +1,9 @@
 """Eager overhead and throughput on neuron against PyTorch CPU, measured in the same run.
 
 Targets (issue #7): small-op overhead <= 1.0x CPU; large-op throughput >= 0.95x CPU; issue #38:
-the 200-op small-tensor loop no slower than the CPU (<= 1.0x time).
+the 200-op small-tensor loop no slower than the CPU (<= 1.0x time), and an op big enough to split
+across the kernel team (add on 2**17 and 2**20 elements) no slower than on the CPU: what it costs
+to start the worker's OpenMP team for each kernel.
 Each device is timed in a process of its own (in one process the two slow each other: each one's
 OpenMP threads spin while the other's work needs the cores), the best of ROUNDS rounds counting.
 The script runs itself twice, once per device, then prints the two runs side by side: every
@@ -74,6 +76,15 @@ def main():
             r = compare(make, 20000)
             print(f"{name + f' [{n}]':<22}{r['cpu'] * 1e6:>10.2f}{r['neuron'] * 1e6:>10.2f}"
                   f"{r['neuron'] / r['cpu']:>8.2f}")
+    print("\nops large enough to open a parallel region on the kernel team (µs/op; issue #38 item 3)")
+    print(f"{'op':<22}{'cpu':>10}{'neuron':>10}{'ratio':>8}  target <= 1.0")
+    for n in (2**17, 2**20):
+        def make(device, n=n):
+            a, b = torch.randn(n, device=device), torch.randn(n, device=device)
+            out = torch.empty(n, device=device)
+            return lambda: torch.add(a, b, out=out)
+        r = compare(make, 2000)
+        print(f"{f'add [{n}]':<22}{r['cpu'] * 1e6:>10.2f}{r['neuron'] * 1e6:>10.2f}{r['neuron'] / r['cpu']:>8.2f}")
     print("\nops of the boxed pipeline, async through meta + CPU kernel (µs/op)")
     print(f"{'op':<30}{'cpu':>10}{'neuron':>10}{'ratio':>8}")
     F = torch.nn.functional
