@@ -159,3 +159,14 @@ def test_a_pinned_tp_prices_the_heads_as_neuron_pads_them(tmp_path):
     assert padded["memory"]["weights"] - plain["memory"]["weights"] == qkvo * 2  # bf16
     assert padded["memory"]["kv_cache"] == plain["memory"]["kv_cache"] * 16 / 10
     assert "padded to 16" in report._text(padded)
+    # the automatic search prices each TP degree as Neuron runs it: TP=4 (10 heads as 12) as a pinned
+    # --tp 4 prices it, the degrees that divide the heads with the model's own
+    auto = report.assess(str(tmp_path), seq=256, generate=8, devices=8, check_compile=False)
+    pinned = report.assess(str(tmp_path), seq=256, generate=8, devices=8, tp=4, check_compile=False)
+    by_tp = {lay["tp"]: lay for lay in auto["layouts"]["trn2"]}
+    assert 4 in by_tp, by_tp.keys()
+    assert by_tp[4]["heads"] == pinned["assumptions"]["heads"] == "10 query heads padded to 12 for TP=4"
+    assert "heads padded 10 -> 12" in by_tp[4]["layout"]
+    assert abs(by_tp[4]["step_seconds"] - pinned["estimate"]["trn2"]["step_seconds"]) < 1e-12
+    assert all("heads" not in lay for t, lay in by_tp.items() if 10 % t == 0)
+    assert auto["memory"] == plain["memory"]  # the model's own; each padded layout fits with its own

@@ -128,11 +128,89 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
     torch_dtype = _DTYPES[dtype]
     config, model = _load(model_dir, torch_dtype)
     params = sum(p.numel() for p in model.parameters())
+    own_heads = config.num_attention_heads
     padded = _pad_heads(config, tp)
     heads = None
     if padded is not None:  # priced and stored as sharded: the padded heads compute on zeros
-        heads = f"{config.num_attention_heads} query heads padded to {padded.num_attention_heads} for TP={tp}"
+        heads = f"{own_heads} query heads padded to {padded.num_attention_heads} for TP={tp}"
         config, model = padded, _build(model_dir, padded, torch_dtype)
+    shape = {"batch": batch, "seq": seq, "train": train, "generate": generate}
+    base = _trace(config, model, torch_dtype, shape, profiles)
+    estimates, memory = base["estimates"], base["memory"]
+    traces = {config.num_attention_heads: base}
+
+    def traced(t: int) -> dict:
+        """What TP=t runs: the model as given, or (the automatic search) its heads padded to a
+        multiple of t, traced once per padded count."""
+        grown = None if tp is not None else _pad_heads(config, t)
+        if grown is None:
+            return base
+        if grown.num_attention_heads not in traces:
+            traces[grown.num_attention_heads] = _trace(grown, _build(model_dir, grown, torch_dtype), torch_dtype,
+                                                       shape, profiles)
+        return traces[grown.num_attention_heads]
+
+    fallbacks, syncs = _plans({n for n in base["ops"] if n.startswith("aten::")})
+    total = memory["total"]
+    min_devices, result, layouts = {}, {}, {}
+    for profile in estimates:
+        min_devices[profile] = next((d for d in _DEGREES[:7] if total / d <= 0.9 * _CORE_HBM[profile]), None)
+    # Both profiles at one count of logical cores (LNC=2: four per chip on Trn2 and Trn3), so they
+    # compare at equal chips: `devices`, or the most either needs.
+    fitting = [d for d in min_devices.values() if d is not None]
+    degree = devices if devices is not None else (max(fitting) if fitting else None)
+    for profile in estimates:
+        if degree is None or min_devices[profile] is None or min_devices[profile] > degree:
+            result[profile] = None
+            continue
+        cap = _CORE_HBM[profile]
+        options = []
+        for t, d in report_layouts.candidates(
+                degree, lambda t, d: report_layouts.fits(traced(t)["memory"], cap, train)(t, d), profile):
+            run = traced(t)
+            lay = report_layouts.price(profile, t, d, run["estimates"][profile], run["decodes"].get(profile),
+                                       run["cfg"])
+            if run is not base:
+                lay["heads"] = f"{own_heads} query heads padded to {run['cfg']['heads']} for TP={t}"
+                lay["layout"] += f", heads padded {own_heads} -> {run['cfg']['heads']}"
+            options.append(lay)
+        layouts[profile] = sorted(options, key=lambda r: -r["tokens_per_second"])[:3]
+        if tp is None and layouts[profile]:
+            result[profile] = layouts[profile][0]
+            heads = heads or result[profile].get("heads")
+        else:  # a pinned degree, or no layout whose activations fit: all TP within an instance
+            t = tp or min(degree, cost_constants.instance_cores(profile))
+            run = traced(t)
+            result[profile] = report_layouts.price(profile, t, degree // t, run["estimates"][profile],
+                                                   run["decodes"].get(profile), run["cfg"])
+    if all(v is None for v in min_devices.values()):
+        raise ReportError(f"{total / GIB:,.1f} GiB does not fit {_MAX_DEVICES} logical cores of trn2 or trn3")
+    if all(v is None for v in result.values()):
+        raise ReportError(f"{total / GIB:,.1f} GiB does not fit {devices} logical cores of trn2 or trn3")
+    per_chip = cost_constants.PHYSICAL_CORES_PER_CHIP[profiles[0]] // cost_constants.LNC[profiles[0]]
+    unsupported = sorted(d for d in base["dtypes"] if d in ("torch.float64", "torch.complex64", "torch.complex128"))
+    return {"model": os.path.abspath(model_dir), "architecture": type(model).__name__,
+            "will_run": not fallbacks and not unsupported, "fallbacks": fallbacks, "sync_ops": syncs,
+            "unsupported_dtypes": unsupported,
+            # the forward as torch.compile(model) traces it (without a KV cache)
+            "graph_breaks": (graph_breaks(model, input_ids=torch.zeros(batch, seq, dtype=torch.long, device="meta"),
+                                          use_cache=False) if check_compile else None),
+            "parameters": params, "memory": memory, "min_devices": min_devices, "estimate": result,
+            "layouts": layouts,
+            "breakdown": {p: [list(row) for row in (base["decodes"] or estimates)[p].by_op()[:30]]
+                          for p in estimates},
+            "assumptions": {"batch": batch, "seq": seq, "train": train, "generate": generate, "dtype": dtype,
+                            "lnc": cost_constants.LNC[profiles[0]], "heads": heads,
+                            "optimizer": "AdamW, states in the parameter dtype" if train else None,
+                            "compared at": f"{degree} logical cores on each profile "
+                                           f"({(degree or 0) / per_chip:g} chips)"}}
+
+
+def _trace(config, model, torch_dtype, shape: dict, profiles) -> dict:
+    """One step of `model` (`shape`: batch, seq, train, generate) on the meta device, priced on each
+    profile: its estimates, the decode token's, the ops and dtypes it ran, its memory and what
+    report_layouts prices a layout from (`cfg`)."""
+    batch, seq, train, generate = shape["batch"], shape["seq"], shape["train"], shape["generate"]
     stored = sum(p.numel() for p in model.parameters())
     item = torch_dtype.itemsize
     ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
@@ -172,57 +250,17 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
                 decodes[profile] = estimate(lambda: model(input_ids=one, **at), profile=profile, lnc=lnc)
         ops |= {o.name for o in est.ops}
         dtypes |= {o.dtype for o in est.ops}
-    fallbacks, syncs = _plans({n for n in ops if n.startswith("aten::")})
     kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     memory = {"weights": stored * item, "gradients": stored * item if train else 0,
               "optimizer_states": 2 * stored * item if train else 0, "activations": saved[0] if train else 0,
               "kv_cache": (2 * config.num_hidden_layers * kv_heads * head_dim * (seq + generate) * batch * item
                            if generate else 0)}
-    total = sum(memory.values())
-    memory["total"] = total
-    min_devices, result, layouts = {}, {}, {}
-    for profile in estimates:
-        min_devices[profile] = next((d for d in _DEGREES[:7] if total / d <= 0.9 * _CORE_HBM[profile]), None)
-    # Both profiles at one count of logical cores (LNC=2: four per chip on Trn2 and Trn3), so they
-    # compare at equal chips: `devices`, or the most either needs.
-    fitting = [d for d in min_devices.values() if d is not None]
-    degree = devices if devices is not None else (max(fitting) if fitting else None)
+    memory["total"] = sum(memory.values())
     cfg = {"layers": config.num_hidden_layers, "hidden": config.hidden_size, "item": item, "batch": batch,
            "seq": seq, "train": train, "generate": generate, "params": stored, "fsdp": train, "kv_heads": kv_heads,
            "heads": config.num_attention_heads}
-    for profile, est in estimates.items():
-        if degree is None or min_devices[profile] is None or min_devices[profile] > degree:
-            result[profile] = None
-            continue
-        options = [report_layouts.price(profile, t, d, est, decodes.get(profile), cfg)
-                   for t, d in report_layouts.candidates(
-                       degree, report_layouts.fits(memory, _CORE_HBM[profile], train), profile)]
-        layouts[profile] = sorted(options, key=lambda r: -r["tokens_per_second"])[:3]
-        if tp is None and layouts[profile]:
-            result[profile] = layouts[profile][0]
-        else:  # a pinned degree, or no layout whose activations fit: all TP within an instance
-            t = tp or min(degree, cost_constants.instance_cores(profile))
-            result[profile] = report_layouts.price(profile, t, degree // t, est, decodes.get(profile), cfg)
-    if all(v is None for v in min_devices.values()):
-        raise ReportError(f"{total / GIB:,.1f} GiB does not fit {_MAX_DEVICES} logical cores of trn2 or trn3")
-    if all(v is None for v in result.values()):
-        raise ReportError(f"{total / GIB:,.1f} GiB does not fit {devices} logical cores of trn2 or trn3")
-    per_chip = cost_constants.PHYSICAL_CORES_PER_CHIP[profiles[0]] // cost_constants.LNC[profiles[0]]
-    unsupported = sorted(d for d in dtypes if d in ("torch.float64", "torch.complex64", "torch.complex128"))
-    return {"model": os.path.abspath(model_dir), "architecture": type(model).__name__,
-            "will_run": not fallbacks and not unsupported, "fallbacks": fallbacks, "sync_ops": syncs,
-            "unsupported_dtypes": unsupported,
-            # the forward as torch.compile(model) traces it (without a KV cache)
-            "graph_breaks": graph_breaks(model, input_ids=ids, use_cache=False) if check_compile else None,
-            "parameters": params, "memory": memory, "min_devices": min_devices, "estimate": result,
-            "layouts": layouts,
-            "breakdown": {p: [list(row) for row in (decodes or estimates)[p].by_op()[:30]] for p in estimates},
-            "assumptions": {"batch": batch, "seq": seq, "train": train, "generate": generate, "dtype": dtype,
-                            "lnc": cost_constants.LNC[profiles[0]], "heads": heads,
-                            "optimizer": "AdamW, states in the parameter dtype" if train else None,
-                            "compared at": f"{degree} logical cores on each profile "
-                                           f"({(degree or 0) / per_chip:g} chips)"}}
+    return {"estimates": estimates, "decodes": decodes, "ops": ops, "dtypes": dtypes, "memory": memory, "cfg": cfg}
 
 
 def _static_cache(config, batch: int, length: int, dtype):
