@@ -205,6 +205,19 @@ def test_tensor_parallel_matches_one_process(run, subtests, device):
     check_scenarios(subtests, r, "train/tp", ["tp"], compare)
 
 
+@pytest.mark.parametrize("device", devices())
+def test_pipeline_parallel_matches_one_process(run, subtests, device):
+    r, out = core(run, device, 2)
+    ref_losses, ref_params = W.pp_reference()
+
+    def compare(name):
+        first, last = load(out, name, 2)
+        assert first["losses"] == []
+        torch.testing.assert_close(torch.tensor(last["losses"]), torch.tensor(ref_losses), atol=1e-6, rtol=1e-5)
+        assert_params({**first["params"], **last["params"]}, ref_params, 1e-6, 1e-5, "stages")
+    check_scenarios(subtests, r, "train/pp", ["pp"], compare)
+
+
 @pytest.mark.parametrize("device", devices(4))
 def test_tp_fsdp_2d_matches_reference(run, subtests, device):
     r, out = core(run, device, 4)

@@ -1,5 +1,5 @@
-"""Scenario group "train": DDP, FSDP2 with bf16 mixed precision, tensor parallelism, and (4 ranks)
-TP x FSDP on a 2-D mesh. Each saves its losses and final full parameters; pytest compares them
+"""Scenario group "train": DDP, FSDP2 with bf16 mixed precision, tensor parallelism, pipeline
+parallelism (torch.distributed.pipelining's 1F1B, 2 ranks) and (4 ranks) TP x FSDP on a 2-D mesh. Each saves its losses and final full parameters; pytest compares them
 with the single-process references of workloads.py. What the ranks must agree on among
 themselves (identical full parameters) is checked here, bit for bit.
 """
@@ -116,6 +116,34 @@ def tp(ctx, check):
     ctx.save("train/tp", {"logits": out.logits, "loss": out.loss.item(), "params": state})
 
 
+def pp(ctx, check):
+    """The MLP split in two stages (its first Linear and Tanh, then its last Linear), trained with
+    torch.distributed.pipelining's 1F1B schedule: microbatches cross the ranks by send/recv."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+    full = W.mlp()
+    stage_module = (full[:2] if ctx.rank == 0 else full[2:]).to(ctx.device)
+    stage = PipelineStage(stage_module, ctx.rank, ctx.world, ctx.device)
+    schedule = Schedule1F1B(stage, n_microbatches=W.PP_MICROBATCHES, loss_fn=torch.nn.functional.mse_loss)
+    opt = torch.optim.SGD(stage_module.parameters(), lr=W.LR)
+    losses = []
+    for step in range(W.PP_STEPS):
+        x, y = (t.to(ctx.device) for t in W.mlp_batch(step))
+        if ctx.rank == 0:
+            schedule.step(x)
+        else:
+            mine = []
+            schedule.step(target=y, losses=mine)
+            check.equal(f"step {step}: a loss per microbatch, on the device", [loss.device for loss in mine],
+                        [ctx.device] * W.PP_MICROBATCHES)
+            losses.append([loss.item() for loss in mine])
+        check.true(f"step {step}: every parameter of the stage has a gradient",
+                   all(p.grad is not None and p.grad.device == ctx.device for p in stage_module.parameters()))
+        opt.step()
+        opt.zero_grad()
+    ctx.save("train/pp", {"losses": losses, "params": W.full_state(stage_module)})
+
+
 def tp_fsdp_2d(ctx, check):
     """dp=2 x tp=2: TP inside each data-parallel replica, FSDP across them; two SGD steps."""
     if ctx.world != 4:
@@ -146,6 +174,8 @@ def tp_fsdp_2d(ctx, check):
 def scenarios(ctx):
     out = [("train/ddp", ddp), ("train/fsdp2_reshard_True", fsdp2(True)),
            ("train/fsdp2_reshard_False", fsdp2(False)), ("train/tp", tp)]
+    if ctx.world == 2:
+        out.append(("train/pp", pp))
     if ctx.world == 4:
         # across two hosts (test_two_hosts.py) DDP and FSDP2 run over all 4 ranks too
         across = os.environ.get("NEURONX_TEST_HOST") is not None

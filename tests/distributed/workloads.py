@@ -105,6 +105,26 @@ def llama_sgd_reference(steps: int, world: int, param_dtype=None):
     return losses, full_state(model)
 
 
+PP_STEPS, PP_MICROBATCHES = 3, 4
+
+
+def pp_reference():
+    """What the pipeline computes in one process: each step's loss per microbatch (the schedule
+    averages their gradients: scale_grads) and the final parameters."""
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    losses = []
+    for step in range(PP_STEPS):
+        x, y = mlp_batch(step)
+        per = [torch.nn.functional.mse_loss(model(a), b) for a, b in zip(x.chunk(PP_MICROBATCHES),
+                                                                          y.chunk(PP_MICROBATCHES))]
+        (sum(per) / PP_MICROBATCHES).backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append([loss.item() for loss in per])
+    return losses, full_state(model)
+
+
 def tp_reference():
     """Logits of one forward, then the parameters after one SGD step on the same batch."""
     model = tiny_llama().train()
