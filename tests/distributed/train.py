@@ -1,7 +1,8 @@
 """Scenario group "train": DDP, FSDP2 with bf16 mixed precision, tensor parallelism, pipeline
-parallelism (torch.distributed.pipelining's 1F1B, 2 ranks) and (4 ranks) TP x FSDP on a 2-D mesh. Each saves its losses and final full parameters; pytest compares them
-with the single-process references of workloads.py. What the ranks must agree on among
-themselves (identical full parameters) is checked here, bit for bit.
+parallelism (torch.distributed.pipelining's 1F1B, 2 ranks) and (4 ranks) TP x FSDP on a 2-D mesh.
+Each saves its losses and final full parameters; pytest compares them with the single-process
+references of workloads.py. What the ranks must agree on among themselves (identical full
+parameters) is checked here, bit for bit.
 """
 import os
 
