@@ -70,6 +70,7 @@ class Run:
     args: tuple[str, ...] = ()
     neuron_args: tuple[str, ...] = ()
     resume_at: int | None = None
+    log_rank: int = 0  # whose log holds the loss: the last pipeline stage's rank with PP
 
 
 FSDP2 = ("--parallelism.data_parallel_shard_degree", "2")
@@ -80,6 +81,9 @@ RUNS = [
     Run("1 process", 1),
     Run("FSDP 2", 2, FSDP2),
     Run("TP 2", 2, ("--parallelism.tensor_parallel_degree", "2")),
+    # two pipeline ranks (TorchTitan's default looped schedule, two stages each): activations and
+    # their gradients cross the ranks by send/recv; the loss is the last stage's
+    Run("PP 2", 2, ("--parallelism.pipeline_parallel_degree", "2"), log_rank=1),
     # each TransformerBlock and the loss through Inductor, against the eager CPU run
     Run("compile", 1, neuron_args=("--compile.enable",)),
     # whole blocks recomputed in backward (FSDP2 regathers their weights for it)
@@ -107,9 +111,9 @@ def _ac_policy(args) -> str | None:
 def _ac_problems(args, text: str) -> list[str]:
     """A row that asks for a policy must have run it (an argument TorchTitan ignored would
     otherwise compare the default policy twice)."""
-    applied = re.findall(r"Applied (\w+) activation checkpointing", text)
+    applied = re.findall(r"Applied (\w+) activation checkpointing", text)  # once per model part (PP)
     want = _ac_policy(args)
-    if applied != ([want] if want else []):
+    if set(applied) != ({want} if want else set()):
         return [f"asked for {want or 'no'} activation checkpointing, the log says {applied or 'none applied'}"]
     return []
 
@@ -189,13 +193,13 @@ def _run_args(run: Run, device: str, base: list[str]) -> list[str]:
     return _ordered(args + list(run.args) + list(run.neuron_args if device != "cpu" else ()))
 
 
-def _run(checkout: Path, device: str, nproc: int, args: list[str], log: Path) -> tuple[dict, str]:
+def _run(checkout: Path, device: str, nproc: int, args: list[str], log: Path, rank: int = 0) -> tuple[dict, str]:
     env = dict(os.environ, PYTHONPATH=f"{checkout}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-               PYTHONUNBUFFERED="1")
+               PYTHONUNBUFFERED="1", LOG_RANK=str(rank))  # as TorchTitan's run_train.sh says it
     if device == "cpu":
         env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "--local-ranks-filter", "0", "--role", "rank", "--tee", "3",
+           "--local-ranks-filter", str(rank), "--role", "rank", "--tee", "3",
            str(Path(__file__).resolve()), "--worker", device, "--", *args]
     with open(log, "w") as out:
         rc = subprocess.run(cmd, cwd=checkout, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
@@ -310,7 +314,7 @@ def main(argv=None) -> int:
                 t0 = time.time()
                 titan_args = _run_args(run, dev, _titan_args(args.steps, args.seq_len, args.batch, dataset,
                                                              dump, seed))
-                losses, text = _run(checkout, dev, run.processes, titan_args, Path(f"{dump}.log"))
+                losses, text = _run(checkout, dev, run.processes, titan_args, Path(f"{dump}.log"), run.log_rank)
                 done[key] = {dev: losses, f"{dev}_seconds": round(time.time() - t0, 1),
                              f"{dev}_warnings": _warnings(text), f"{dev}_log": f"{dump}.log",
                              f"{dev}_problems": _ac_problems(dev_args, text), f"{dev}_titan_args": titan_args,
@@ -327,7 +331,7 @@ def main(argv=None) -> int:
                 shutil.copytree(saved, checkpoint)
             t0 = time.time()
             titan_args = [str(dump) if a == result[f"{device}_dump"] else a for a in result[f"{device}_titan_args"]]
-            resumed, text = _run(checkout, device, run.processes, titan_args, Path(f"{dump}.log"))
+            resumed, text = _run(checkout, device, run.processes, titan_args, Path(f"{dump}.log"), run.log_rank)
             result.update(resumed=resumed, resumed_seconds=round(time.time() - t0, 1), resumed_log=f"{dump}.log")
             problems += ([] if saved.is_dir() else [f"the uninterrupted run saved no {saved}"])
             problems += _resume_problems(result[device], resumed, text, checkpoint, run.resume_at, args.steps)
