@@ -150,6 +150,14 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
                                                        shape, profiles)
         return traces[grown.num_attention_heads]
 
+    def layout(profile: str, t: int, d: int) -> dict:
+        run = traced(t)
+        out = report_layouts.price(profile, t, d, run["estimates"][profile], run["decodes"].get(profile), run["cfg"])
+        if run is not base:
+            out["heads"] = f"{own_heads} query heads padded to {run['cfg']['heads']} for TP={t}"
+            out["layout"] += f", heads padded {own_heads} -> {run['cfg']['heads']}"
+        return out
+
     fallbacks, syncs = _plans({n for n in base["ops"] if n.startswith("aten::")})
     total = memory["total"]
     min_devices, result, layouts = {}, {}, {}
@@ -164,25 +172,15 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
             result[profile] = None
             continue
         cap = _CORE_HBM[profile]
-        options = []
-        for t, d in report_layouts.candidates(
-                degree, lambda t, d: report_layouts.fits(traced(t)["memory"], cap, train)(t, d), profile):
-            run = traced(t)
-            lay = report_layouts.price(profile, t, d, run["estimates"][profile], run["decodes"].get(profile),
-                                       run["cfg"])
-            if run is not base:
-                lay["heads"] = f"{own_heads} query heads padded to {run['cfg']['heads']} for TP={t}"
-                lay["layout"] += f", heads padded {own_heads} -> {run['cfg']['heads']}"
-            options.append(lay)
+        options = [layout(profile, t, d) for t, d in report_layouts.candidates(
+            degree, lambda t, d: report_layouts.fits(traced(t)["memory"], cap, train)(t, d), profile)]
         layouts[profile] = sorted(options, key=lambda r: -r["tokens_per_second"])[:3]
         if tp is None and layouts[profile]:
             result[profile] = layouts[profile][0]
-            heads = heads or result[profile].get("heads")
         else:  # a pinned degree, or no layout whose activations fit: all TP within an instance
             t = tp or min(degree, cost_constants.instance_cores(profile))
-            run = traced(t)
-            result[profile] = report_layouts.price(profile, t, degree // t, run["estimates"][profile],
-                                                   run["decodes"].get(profile), run["cfg"])
+            result[profile] = layout(profile, t, degree // t)
+        heads = heads or result[profile].get("heads")
     if all(v is None for v in min_devices.values()):
         raise ReportError(f"{total / GIB:,.1f} GiB does not fit {_MAX_DEVICES} logical cores of trn2 or trn3")
     if all(v is None for v in result.values()):
