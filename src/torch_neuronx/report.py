@@ -129,35 +129,30 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
     config, model = _load(model_dir, torch_dtype)
     params = sum(p.numel() for p in model.parameters())
     own_heads = config.num_attention_heads
-    padded = _pad_heads(config, tp)
-    heads = None
-    if padded is not None:  # priced and stored as sharded: the padded heads compute on zeros
-        heads = f"{own_heads} query heads padded to {padded.num_attention_heads} for TP={tp}"
-        config, model = padded, _build(model_dir, padded, torch_dtype)
     shape = {"batch": batch, "seq": seq, "train": train, "generate": generate}
-    base = _trace(config, model, torch_dtype, shape, profiles)
-    estimates, memory = base["estimates"], base["memory"]
-    traces = {config.num_attention_heads: base}
+    traces = {}
 
     def traced(t: int) -> dict:
-        """What TP=t runs: the model as given, or (the automatic search) its heads padded to a
-        multiple of t, traced once per padded count."""
-        grown = None if tp is not None else _pad_heads(config, t)
-        if grown is None:
-            return base
-        if grown.num_attention_heads not in traces:
-            traces[grown.num_attention_heads] = _trace(grown, _build(model_dir, grown, torch_dtype), torch_dtype,
-                                                       shape, profiles)
-        return traces[grown.num_attention_heads]
+        """What TP=t runs: the model, with its heads padded to a multiple of t where t does not
+        divide them (priced and stored as sharded: the padded heads compute on zeros), traced once
+        per head count."""
+        grown = _pad_heads(config, t)
+        heads = own_heads if grown is None else grown.num_attention_heads
+        if heads not in traces:
+            traces[heads] = (_trace(config, model, torch_dtype, shape, profiles) if grown is None else
+                             _trace(grown, _build(model_dir, grown, torch_dtype), torch_dtype, shape, profiles))
+        return traces[heads]
 
     def layout(profile: str, t: int, d: int) -> dict:
         run = traced(t)
         out = report_layouts.price(profile, t, d, run["estimates"][profile], run["decodes"].get(profile), run["cfg"])
-        if run is not base:
+        if run["cfg"]["heads"] != own_heads:
             out["heads"] = f"{own_heads} query heads padded to {run['cfg']['heads']} for TP={t}"
             out["layout"] += f", heads padded {own_heads} -> {run['cfg']['heads']}"
         return out
 
+    base = traced(tp or 1)  # the headline's model: as a pinned --tp runs it
+    estimates, memory = base["estimates"], base["memory"]
     fallbacks, syncs = _plans({n for n in base["ops"] if n.startswith("aten::")})
     total = memory["total"]
     min_devices, result, layouts = {}, {}, {}
@@ -180,7 +175,6 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
         else:  # a pinned degree, or no layout whose activations fit: all TP within an instance
             t = tp or min(degree, cost_constants.instance_cores(profile))
             result[profile] = layout(profile, t, degree // t)
-        heads = heads or result[profile].get("heads")
     if all(v is None for v in min_devices.values()):
         raise ReportError(f"{total / GIB:,.1f} GiB does not fit {_MAX_DEVICES} logical cores of trn2 or trn3")
     if all(v is None for v in result.values()):
@@ -198,7 +192,8 @@ def assess(model_dir: str, batch: int = 1, seq: int = 512, train: bool = False, 
             "breakdown": {p: [list(row) for row in (base["decodes"] or estimates)[p].by_op()[:30]]
                           for p in estimates},
             "assumptions": {"batch": batch, "seq": seq, "train": train, "generate": generate, "dtype": dtype,
-                            "lnc": cost_constants.LNC[profiles[0]], "heads": heads,
+                            "lnc": cost_constants.LNC[profiles[0]],
+                            "heads": next((r["heads"] for r in result.values() if r and "heads" in r), None),
                             "optimizer": "AdamW, states in the parameter dtype" if train else None,
                             "compared at": f"{degree} logical cores on each profile "
                                            f"({(degree or 0) / per_chip:g} chips)"}}
