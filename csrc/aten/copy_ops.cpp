@@ -9,6 +9,7 @@
 #include "core/allocator.h"
 #include "core/storage.h"
 #include "exec/executor.h"
+#include "exec/solo_team.h"
 #include "exec/tensor_desc.h"
 #include "pipeline/op_record.h"
 
@@ -17,7 +18,8 @@ namespace {
 
 const bool described = (typed_op("aten::copy_",
                                  "a transfer: a copy task on the stream (a memcpy when both layouts "
-                                 "are contiguous and alike); from or to pageable host memory the caller waits for it. "
+                                 "are contiguous and alike, else ATen's copy, on the queue worker alone up to "
+                                 "2^18 elements); from or to pageable host memory the caller waits for it. "
                                  "Counted in bytes by torch.neuron.transfer_stats(), not as an op")
                             .concatenable = false,
                         true);
@@ -60,7 +62,11 @@ void queue_copy(const at::Tensor& dst, const at::Tensor& src, c10::DeviceIndex d
       const char* name = direction == neuronrt::Runtime::kHostToDevice   ? "Memcpy HtoD (strided)"
                          : direction == neuronrt::Runtime::kDeviceToHost ? "Memcpy DtoH (strided)"
                                                                          : "aten::copy_";
-      q.submit(name, [d = hold(dst), s = hold(src)] { d.view().copy_(s.view()); });
+      // Each element is converted on its own, so a small copy runs alone (exec/solo_team.h).
+      q.submit(name, [d = hold(dst), s = hold(src), solo = dst.numel() <= kSoloElements] {
+        SoloTeam team(solo);
+        d.view().copy_(s.view());
+      });
     }
     if (wait) q.synchronize();
   });

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "exec/executor.h"
+#include "exec/solo_team.h"
 #include "pipeline/first_call.h"
 #include "pipeline/op_record.h"
 
@@ -72,18 +73,22 @@ inline bool launch_fast(OpRecord& rec, FastOp op, const at::Tensor& out, const a
 }
 
 // Which structured ops have a loop: alpha must be 1 (the CPU fuses a multiply-add otherwise).
+// `exact`: the call is one IEEE operation per element, so its CPU kernel gives the same bits
+// however its work is split, and may run on the worker alone (solo_call).
 template <class Meta>
 struct FastElementwise : std::false_type {};
 
 template <FastOp Op>
 struct FastAlphaOp : std::true_type {
+  static bool exact(const at::Tensor&, const at::Tensor&, const at::Scalar& alpha) { return alpha.equal(1); }
   static bool launch(OpRecord& rec, const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
                      const at::Scalar& alpha) {
-    return alpha.equal(1) && launch_fast(rec, Op, out, a, b);
+    return exact(a, b, alpha) && launch_fast(rec, Op, out, a, b);
   }
 };
 template <FastOp Op>
 struct FastPlainOp : std::true_type {
+  static bool exact(const at::Tensor&, const at::Tensor&) { return true; }
   static bool launch(OpRecord& rec, const at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
     return launch_fast(rec, Op, out, a, b);
   }
@@ -97,5 +102,18 @@ template <>
 struct FastElementwise<at::meta::structured_mul_Tensor> : FastPlainOp<FastOp::kMul> {};
 template <>
 struct FastElementwise<at::meta::structured_div_Tensor> : FastPlainOp<FastOp::kDiv> {};
+
+// Whether a call of op `Meta` writing `out` runs its CPU kernel on the worker alone
+// (exec/solo_team.h): an exact call of a real dtype (complex products round differently in the
+// vectorized body and the scalar tail), no larger than kSoloElements.
+template <class Meta, class... Args>
+bool solo_call(const at::Tensor& out, const Args&... args) {
+  if constexpr (FastElementwise<Meta>::value) {
+    return out.numel() <= kSoloElements && !c10::isComplexType(out.scalar_type()) &&
+           FastElementwise<Meta>::exact(args...);
+  } else {
+    return false;
+  }
+}
 
 }  // namespace torch_neuronx

@@ -569,6 +569,8 @@ std::string explain(const std::string& name) {
           << r->calls[2].load();
       if (const int64_t w = r->first_waits.load())
         out << " (" << w << " async calls waited: the first of their signature)";
+      if (const int64_t n = r->solo.load())
+        out << " (" << n << " ran on the queue worker alone: small, and exact whatever the split)";
       if (r->mode == Mode::kAsync && r->concatenable) {
         out << "; concatenable: with concatenation on, its async calls that do not wait join the stream's "
                "segment ("

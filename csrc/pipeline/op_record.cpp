@@ -85,6 +85,7 @@ void OpRecord::reset_counts() {
   first_waits.store(0, std::memory_order_relaxed);
   nki_calls.store(0, std::memory_order_relaxed);
   concatenated.store(0, std::memory_order_relaxed);
+  solo.store(0, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& m : reasons_) m.clear();
 }

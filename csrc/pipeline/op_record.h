@@ -65,6 +65,7 @@ struct OpRecord {
   // is queued otherwise (a transfer, histc's counting loop).
   bool concatenable = true;
   std::atomic<int64_t> concatenated{0};  // async calls that ran inside one concatenated task
+  std::atomic<int64_t> solo{0};          // async calls whose kernel ran on the worker alone (solo_team.h)
 
   std::array<std::atomic<int64_t>, 3> calls{};
   // Async calls that waited for their kernel: the first of each signature (pipeline/first_call.h).

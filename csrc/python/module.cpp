@@ -225,12 +225,13 @@ PYBIND11_MODULE(_C, m) {
     launch(current_device(), "neuron::sleep",
            [ms] { std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms)); });
   });
-  // {op: (async, sync, copy, first_waits, concatenated)} of ops with at least one call.
+  // {op: (async, sync, copy, first_waits, concatenated, solo)} of ops with at least one call.
   m.def("_op_counts", [] {
     py::dict out;
     for (OpRecord* r : all_records()) {
       const int64_t a = r->calls[0].load(), s = r->calls[1].load(), c = r->calls[2].load();
-      if (a || s || c) out[py::str(r->name)] = py::make_tuple(a, s, c, r->first_waits.load(), r->concatenated.load());
+      if (a || s || c)
+        out[py::str(r->name)] = py::make_tuple(a, s, c, r->first_waits.load(), r->concatenated.load(), r->solo.load());
     }
     return out;
   });

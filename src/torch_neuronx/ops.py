@@ -21,13 +21,16 @@ from __future__ import annotations
 from . import _C
 
 _MODES = ("async", "sync", "copy")
-_COUNTS = _MODES + ("first_waits", "concatenated")
+_COUNTS = _MODES + ("first_waits", "concatenated", "solo")
 
 
 def op_counts(reasons: bool = False) -> dict:
-    """{op: {"async": n, "sync": n, "copy": n, "first_waits": n, "concatenated": n}} for every op
-    called since the last reset. "concatenated" counts the async calls that ran inside one
-    concatenated queue task (see set_concatenation).
+    """{op: {"async": n, "sync": n, "copy": n, "first_waits": n, "concatenated": n, "solo": n}} for
+    every op called since the last reset. "concatenated" counts the async calls that ran inside one
+    concatenated queue task (see set_concatenation). "solo" counts the async calls whose kernel ran
+    on the queue worker alone rather than on its thread team: calls small enough that waking the
+    team costs more than it saves, of kernels whose results do not depend on how their work is split
+    (exact arithmetic, copies, flash attention), so they are the team's bits.
 
     With reasons=True, ops with sync or copy calls also get "reasons": {mode: {why: calls}}.
     """

@@ -1,0 +1,107 @@
+"""Small kernels that run on the queue worker alone (csrc/exec/solo_team.h): only kernels whose bits
+do not depend on how their work is split (exact elementwise arithmetic, copies), so each result is
+still the CPU's, bit for bit, and the kernel team is back for everything else."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_neuronx
+
+N = "neuron"
+SOLO_ELEMENTS = 2 ** 18
+
+
+def solo_calls(op):
+    return torch_neuronx.op_counts().get(op, {}).get("solo", 0)
+
+
+@pytest.fixture(autouse=True)
+def fresh_counts():
+    torch.neuron.synchronize()
+    torch_neuronx.reset_op_counts()
+    yield
+
+
+# Sizes around the bound, odd ones included: the team splits an odd size off a vector boundary.
+SIZES = [40_001, SOLO_ELEMENTS - 7, SOLO_ELEMENTS, SOLO_ELEMENTS + 9]
+
+
+@pytest.mark.parametrize("numel", SIZES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32])
+def test_exact_elementwise_calls_are_the_cpus_bits_alone_or_not(numel, dtype):
+    g = torch.Generator().manual_seed(numel)
+    a = (torch.randn(numel, generator=g) * 100).to(dtype)
+    b = (torch.randn(numel, generator=g) * 100).to(dtype)
+    b = b.masked_fill(b == 0, 1)  # no zero divisors: 0 / 0 is a NaN, which equals nothing
+    an, bn = a.to(N), b.to(N)
+    results = {
+        "aten::add.Tensor": (torch.add(an, bn), a + b),
+        "aten::sub.Tensor": (torch.sub(an, bn), a - b),
+        "aten::mul.Tensor": (torch.mul(an, bn), a * b),
+        "aten::div.Tensor": (torch.div(an, bn), a / b),
+    }
+    inplace = an.clone()
+    inplace.add_(bn)
+    results["aten::add_.Tensor"] = (inplace, a + b)
+    for op, (got, want) in results.items():
+        assert torch.equal(got.cpu(), want), op
+        assert solo_calls(op) == (1 if numel <= SOLO_ELEMENTS else 0), op
+
+
+def test_broadcast_and_strided_calls_are_the_cpus_bits():
+    a = torch.randn(301, 257)
+    b = torch.randn(257)
+    an, bn = a.to(N), b.to(N)
+    torch.testing.assert_close(torch.mul(an.t(), 1.5).cpu(), a.t() * 1.5, rtol=0, atol=0)
+    assert torch.equal((an + bn).cpu(), a + b)
+    assert torch.equal((an.t() / 3).cpu(), a.t() / 3)
+    assert solo_calls("aten::mul.Tensor") == 1
+    assert solo_calls("aten::add.Tensor") == 1
+    assert solo_calls("aten::div.Tensor") == 1
+
+
+def test_a_fused_multiply_add_and_complex_products_keep_the_team():
+    """alpha != 1 is a multiply-add the vectorized body fuses and the scalar tail may not; complex
+    products round differently in the two: neither may change its split."""
+    a, b = torch.randn(50_001), torch.randn(50_001)
+    got = a.to(N).add(b.to(N), alpha=0.3)
+    assert torch.equal(got.cpu(), a.add(b, alpha=0.3))
+    assert solo_calls("aten::add.Tensor") == 0
+    c, d = torch.randn(20_001, dtype=torch.complex64), torch.randn(20_001, dtype=torch.complex64)
+    assert torch.equal((c.to(N) * d.to(N)).cpu(), c * d)
+    assert solo_calls("aten::mul.Tensor") == 0
+
+
+def test_flash_attention_keeps_the_team():
+    """The CPU's flash attention gives other bits for a decode step on one thread than on its team
+    (it sizes its work by the thread count), so even a small call runs on the team."""
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, 1, 32, generator=g)
+    k, v = torch.randn(2, 4, 64, 32, generator=g), torch.randn(2, 4, 64, 32, generator=g)
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
+        want = F.scaled_dot_product_attention(q, k, v)
+        got = F.scaled_dot_product_attention(q.to(N), k.to(N), v.to(N))
+    assert torch.equal(got.cpu(), want)
+    assert sum(c["solo"] for c in torch_neuronx.op_counts().values()) == 0
+
+
+def test_the_team_is_back_after_a_solo_kernel():
+    """A bfloat16 sum splits its partial sums by the team's size: after solo kernels it must still
+    give the CPU's bits, which one thread would not."""
+    x = torch.randn(2 ** 21, generator=torch.Generator().manual_seed(3)).bfloat16()
+    want = x.sum()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        one_thread = x.sum()
+    finally:
+        torch.set_num_threads(threads)
+    if torch.equal(want, one_thread):
+        pytest.skip("this machine's CPU sums alike on one thread and on its team; nothing to tell apart")
+    xn = x.to(N)
+    small = torch.randn(1000, device=N)
+    for _ in range(3):
+        small = small * 1.0001  # solo
+        got = xn.sum()
+    assert solo_calls("aten::mul.Tensor") == 3
+    assert torch.equal(got.cpu(), want)
