@@ -9,6 +9,7 @@
 #include <ATen/ops/add_meta.h>
 #include <ATen/ops/div_meta.h>
 #include <ATen/ops/mul_meta.h>
+#include <ATen/ops/sqrt_meta.h>
 #include <ATen/ops/sub_meta.h>
 #include <c10/util/BFloat16.h>
 
@@ -103,14 +104,22 @@ struct FastElementwise<at::meta::structured_mul_Tensor> : FastPlainOp<FastOp::kM
 template <>
 struct FastElementwise<at::meta::structured_div_Tensor> : FastPlainOp<FastOp::kDiv> {};
 
+// Unary ops whose every element is one correctly rounded IEEE operation, whatever path computes it.
+template <class Meta>
+struct ExactUnary : std::false_type {};
+template <>
+struct ExactUnary<at::meta::structured_sqrt> : std::true_type {};
+
 // Whether a call of op `Meta` writing `out` runs its CPU kernel on the worker alone
-// (exec/solo_team.h): an exact call of a real dtype (complex products round differently in the
-// vectorized body and the scalar tail), no larger than kSoloElements.
+// (exec/solo_team.h): an exact call of a real dtype (complex products and roots round differently
+// in the vectorized body and the scalar tail), no larger than kSoloElements.
 template <class Meta, class... Args>
 bool solo_call(const at::Tensor& out, const Args&... args) {
+  const bool small_real = out.numel() <= kSoloElements && !c10::isComplexType(out.scalar_type());
   if constexpr (FastElementwise<Meta>::value) {
-    return out.numel() <= kSoloElements && !c10::isComplexType(out.scalar_type()) &&
-           FastElementwise<Meta>::exact(args...);
+    return small_real && FastElementwise<Meta>::exact(args...);
+  } else if constexpr (ExactUnary<Meta>::value) {
+    return small_real;
   } else {
     return false;
   }

@@ -5,7 +5,8 @@
 // host thread's core alone). In a VM a wake costs about 30 µs, more than a small kernel's whole
 // work: a multiply of 2^17 floats took 50 µs on the team and 25 µs alone (issue 38's note). Alone,
 // a kernel keeps the CPU's bits only if every output element is computed the same way however
-// the work is split: exact elementwise arithmetic (one IEEE operation rounded once) and copies.
+// the work is split: exact elementwise arithmetic (one correctly rounded IEEE operation: +, -, *,
+// /, sqrt) and copies.
 // Reductions, whose partial sums follow the split, transcendental functions, whose vectorized
 // body and scalar tail round differently, and kernels that size their work by the thread count
 // (the CPU's flash attention gives other bits for a decode step on one thread) keep the team.
