@@ -110,19 +110,18 @@ struct ExactUnary : std::false_type {};
 template <>
 struct ExactUnary<at::meta::structured_sqrt> : std::true_type {};
 
-// Whether a call of op `Meta` writing `out` runs its CPU kernel on the worker alone
-// (exec/solo_team.h): an exact call of a real dtype (complex products and roots round differently
-// in the vectorized body and the scalar tail), no larger than kSoloElements.
+// Whether a call of op `Meta` (its operands `args`) writing `out` runs its CPU kernel on the worker
+// alone (exec/solo_team.h), counted on `rec`: an exact call of a real dtype (complex products and
+// roots round differently in the vectorized body and the scalar tail), no larger than kSoloElements.
 template <class Meta, class... Args>
-bool solo_call(const at::Tensor& out, const Args&... args) {
-  const bool small_real = out.numel() <= kSoloElements && !c10::isComplexType(out.scalar_type());
-  if constexpr (FastElementwise<Meta>::value) {
-    return small_real && FastElementwise<Meta>::exact(args...);
-  } else if constexpr (ExactUnary<Meta>::value) {
-    return small_real;
-  } else {
-    return false;
+bool solo_call(OpRecord& rec, const at::Tensor& out, const Args&... args) {
+  bool solo = false;
+  if constexpr (FastElementwise<Meta>::value || ExactUnary<Meta>::value) {
+    solo = out.numel() <= kSoloElements && !c10::isComplexType(out.scalar_type());
+    if constexpr (FastElementwise<Meta>::value) solo = solo && FastElementwise<Meta>::exact(args...);
   }
+  if (solo) rec.solo.fetch_add(1, std::memory_order_relaxed);
+  return solo;
 }
 
 }  // namespace torch_neuronx

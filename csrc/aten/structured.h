@@ -160,10 +160,11 @@ struct OutOp final : Meta {
 
 // ---- the three variants ----------------------------------------------------------------------
 
-// Queues `kernel(cpu_outputs..., captured_args...)`, on the worker alone if `solo` (solo_call).
-template <size_t N, class Kernel, class... Args>
+// Queues `kernel(cpu_outputs..., captured_args...)` of op `Meta`, on the worker alone where
+// solo_call says so.
+template <class Meta, size_t N, class Kernel, class... Args>
 void queue_kernel(c10::DeviceIndex device, OpRecord& rec, Kernel kernel, const std::array<at::Tensor, N>& outs,
-                  bool solo, const Args&... args) {
+                  const Args&... args) {
   std::array<TensorDesc, N> out_descs;
   for (size_t i = 0; i < N; ++i) out_descs[i] = TensorDesc::of(outs[i]);
   // The outputs' dtypes are in the signature: an out= call's may be one the kernel refuses.
@@ -171,7 +172,8 @@ void queue_kernel(c10::DeviceIndex device, OpRecord& rec, Kernel kernel, const s
   for (const auto& o : outs) sig.add(o);
   (sig.add(args), ...);
   rec.count(Mode::kAsync);
-  if (solo) rec.solo.fetch_add(1, std::memory_order_relaxed);
+  bool solo = false;
+  if constexpr (N == 1) solo = solo_call<Meta>(rec, outs[0], args...);
   launch_op(device, rec, std::move(sig),
             [kernel, solo, out_descs = std::move(out_descs), captured = std::make_tuple(capture(args)...)] {
               SoloTeam team(solo);
@@ -218,7 +220,7 @@ std::array<at::Tensor, N> structured_functional(OpRecord& rec, Kernel kernel, co
       if constexpr (FastElementwise<Meta>::value) {
         if (FastElementwise<Meta>::launch(rec, out[0], args...)) return out;
       }
-      queue_kernel<1>(like->device().index(), rec, kernel, out, solo_call<Meta>(out[0], args...), args...);
+      queue_kernel<Meta, 1>(like->device().index(), rec, kernel, out, args...);
       return out;
     }
   }
@@ -228,9 +230,7 @@ std::array<at::Tensor, N> structured_functional(OpRecord& rec, Kernel kernel, co
   if (C10_UNLIKELY(nki::source_active.load(std::memory_order_relaxed)) &&
       nki::run_typed_from_source<N>(op.device, rec, op.outputs_, args...))
     return op.outputs_;
-  bool solo = false;
-  if constexpr (N == 1) solo = solo_call<Meta>(op.outputs_[0], args...);
-  queue_kernel<N>(op.device, rec, kernel, op.outputs_, solo, args...);
+  queue_kernel<Meta, N>(op.device, rec, kernel, op.outputs_, args...);
   return op.outputs_;
 }
 
@@ -244,8 +244,7 @@ at::Tensor& structured_inplace(OpRecord& rec, Kernel kernel, at::Tensor& self, c
   sig.add(self);
   (sig.add(args), ...);
   rec.count(Mode::kAsync);
-  const bool solo = solo_call<Meta>(self, self, args...);
-  if (solo) rec.solo.fetch_add(1, std::memory_order_relaxed);
+  const bool solo = solo_call<Meta>(rec, self, self, args...);
   // One CPU view serves as both output and input, so the kernel sees a true in-place call.
   launch_op(device, rec, std::move(sig),
             [kernel, solo, d = TensorDesc::of(self), captured = std::make_tuple(capture(args)...)] {
@@ -262,9 +261,7 @@ void structured_out(OpRecord& rec, Kernel kernel, const Outs& outs, const Args&.
   const auto device = std::apply([&](const auto&... o) { return check_args(rec.name.c_str(), o..., args...); }, outs);
   op.meta(meta_arg(args)...);
   std::array<at::Tensor, N> arr = std::apply([](const auto&... o) { return std::array<at::Tensor, N>{o...}; }, outs);
-  bool solo = false;
-  if constexpr (N == 1) solo = solo_call<Meta>(arr[0], args...);
-  queue_kernel<N>(device, rec, kernel, arr, solo, args...);
+  queue_kernel<Meta, N>(device, rec, kernel, arr, args...);
 }
 
 }  // namespace torch_neuronx
