@@ -1,6 +1,7 @@
 """Small kernels that run on the queue worker alone (csrc/exec/solo_team.h): only kernels whose bits
-do not depend on how their work is split (exact elementwise arithmetic, copies), so each result is
-still the CPU's, bit for bit, and the kernel team is back for everything else."""
+do not depend on how their work is split (exact elementwise arithmetic, moves of data, fills, fused
+Adam), so each result is still the CPU's, bit for bit, and the kernel team is back for everything
+else."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -44,9 +45,86 @@ def test_exact_elementwise_calls_are_the_cpus_bits_alone_or_not(numel, dtype):
     inplace.add_(bn)
     results["aten::add_.Tensor"] = (inplace, a + b)
     results["aten::sqrt"] = (torch.sqrt(an.abs()), torch.sqrt(a.abs()))
+    results["aten::neg"] = (torch.neg(an), torch.neg(a))
     for op, (got, want) in results.items():
         assert torch.equal(got.cpu(), want), op
         assert solo_calls(op) == (1 if numel <= SOLO_ELEMENTS else 0), op
+    for exponent in (2, 1, 0):  # x * x, a copy, a fill
+        assert torch.equal(an.pow(exponent).cpu(), a.pow(exponent)), exponent
+    assert solo_calls("aten::pow.Tensor_Scalar") == (3 if numel <= SOLO_ELEMENTS else 0)
+
+
+@pytest.mark.parametrize("numel", [SOLO_ELEMENTS - 7, SOLO_ELEMENTS + 9])
+def test_rsqrt_runs_alone_in_float_only(numel):
+    """1 / sqrt(x) is two correctly rounded operations in float and double on both paths; the
+    scalar tail of a bfloat16 kernel rounds the root first, so bfloat16 keeps the team."""
+    x = torch.rand(numel, generator=torch.Generator().manual_seed(numel)) + 0.01
+    assert torch.equal(torch.rsqrt(x.to(N)).cpu(), torch.rsqrt(x))
+    assert solo_calls("aten::rsqrt") == (1 if numel <= SOLO_ELEMENTS else 0)
+    xb = x.bfloat16()
+    assert torch.equal(torch.rsqrt(xb.to(N)).cpu(), torch.rsqrt(xb))
+    assert solo_calls("aten::rsqrt") == (1 if numel <= SOLO_ELEMENTS else 0)
+
+
+def test_other_exponents_keep_the_team():
+    x = torch.rand(50_001) + 0.5
+    for exponent in (3, 0.5, -1.5):
+        assert torch.equal(x.to(N).pow(exponent).cpu(), x.pow(exponent)), exponent
+    assert solo_calls("aten::pow.Tensor_Scalar") == 0
+
+
+@pytest.mark.parametrize("numel", [SOLO_ELEMENTS - 7, SOLO_ELEMENTS + 9])
+def test_fills_run_alone_up_to_the_bound(numel):
+    t = torch.empty(numel, device=N)
+    t.fill_(2.5)
+    assert torch.equal(t.cpu(), torch.full((numel,), 2.5))
+    t.fill_(torch.tensor(-1.0, device=N))
+    assert torch.equal(t.cpu(), torch.full((numel,), -1.0))
+    t.zero_()
+    assert torch.equal(t.cpu(), torch.zeros(numel))
+    alone = 1 if numel <= SOLO_ELEMENTS else 0
+    counts = torch_neuronx.op_counts()
+    assert [counts[op]["solo"] for op in ("aten::fill_.Scalar", "aten::fill_.Tensor", "aten::zero_")] == [alone] * 3
+
+
+@pytest.mark.parametrize("rows", [1021, 2049])
+def test_moves_of_data_run_alone_up_to_the_bound(rows):
+    """cat and index_select (boxed ops) move elements without arithmetic: the split cannot show.
+    A call runs alone when none of its tensors is larger than the bound (128 columns: 1021 rows
+    are under 2^18 elements, 2049 over)."""
+    g = torch.Generator().manual_seed(rows)
+    a, b = torch.randn(rows, 128, generator=g), torch.randn(rows, 64, generator=g).bfloat16()
+    index = torch.randint(0, rows, (rows,), generator=g)
+    assert torch.equal(torch.cat([a.to(N), b.to(N)], dim=1).cpu(), torch.cat([a, b], dim=1))
+    assert torch.equal(a.to(N).index_select(0, index.to(N)).cpu(), a.index_select(0, index))
+    alone = 1 if rows * 192 <= SOLO_ELEMENTS else 0
+    assert solo_calls("aten::cat.out") == alone
+    assert solo_calls("aten::index_select") == alone
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("optimizer", [torch.optim.AdamW, torch.optim.Adam])
+def test_fused_adam_runs_alone_when_every_tensor_is_small(optimizer, dtype):
+    """The CPU's fused Adam splits its work in 64-byte units, so only a tensor's last elements take
+    its scalar tail however many threads share it: alone, parameters and states are the CPU's bits.
+    Odd sizes put a split off a vector boundary if the kernel split otherwise."""
+    def run(device, sizes):
+        g = torch.Generator().manual_seed(len(sizes))
+        params = [torch.randn(n, generator=g).to(dtype).to(device).requires_grad_() for n in sizes]
+        opt = optimizer(params, lr=1e-2, weight_decay=0.1, fused=True)
+        for step in range(3):
+            for p in params:
+                p.grad = (torch.randn(p.shape, generator=g) * (step + 1)).to(dtype).to(device)
+            opt.step()
+        states = [opt.state[p][k] for p in params for k in ("exp_avg", "exp_avg_sq")]
+        return [t.detach().cpu() for t in params + states]
+
+    op = "aten::_fused_adamw_" if optimizer is torch.optim.AdamW else "aten::_fused_adam_"
+    for sizes, alone in (([40_001, 129, 7], 3), ([SOLO_ELEMENTS + 9, 7], 0)):
+        torch_neuronx.reset_op_counts()
+        for got, want in zip(run(N, sizes), run("cpu", sizes)):
+            assert torch.equal(got, want)
+        assert solo_calls(op) == alone, sizes
 
 
 def test_broadcast_and_strided_calls_are_the_cpus_bits():

@@ -99,12 +99,22 @@ OpRecord& fill_scalar_rec = typed_op("aten::fill_.Scalar", "a fill task on the s
 OpRecord& fill_tensor_rec = typed_op("aten::fill_.Tensor", "a fill task on the stream");
 OpRecord& zero_rec = typed_op("aten::zero_", "a fill task on the stream");
 
+// Every element gets the same value, so a small fill runs on the worker alone (exec/solo_team.h).
+bool solo_fill(OpRecord& rec, const Tensor& self) {
+  const bool solo = self.numel() <= kSoloElements;
+  if (solo) rec.solo.fetch_add(1, std::memory_order_relaxed);
+  return solo;
+}
+
 Tensor& fill_with(OpRecord& rec, Tensor& self, const Scalar& value) {
   rec.count(Mode::kAsync);
   if (self.numel() == 0) return self;
   launch_queued(self.device().index(), rec,
                 reinterpret_cast<uintptr_t>(&rec) * 31 + static_cast<uint64_t>(self.scalar_type()),
-                [d = TensorDesc::of(self), value] { d.view().fill_(value); });
+                [d = TensorDesc::of(self), value, solo = solo_fill(rec, self)] {
+                  SoloTeam team(solo);
+                  d.view().fill_(value);
+                });
   return self;
 }
 
@@ -117,7 +127,10 @@ Tensor& fill_tensor(Tensor& self, const Tensor& value) {
   check_devices("aten::fill_.Tensor", {&self, &value});
   fill_tensor_rec.count(Mode::kAsync);
   launch(self.device().index(), fill_tensor_rec.name.c_str(),
-         [d = TensorDesc::of(self), s = TensorDesc::of(value)] { d.view().fill_(s.view()); });
+         [d = TensorDesc::of(self), s = TensorDesc::of(value), solo = solo_fill(fill_tensor_rec, self)] {
+           SoloTeam team(solo);
+           d.view().fill_(s.view());
+         });
   return self;
 }
 

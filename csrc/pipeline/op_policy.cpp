@@ -132,7 +132,13 @@ const Override kOverrides[] = {
      "the CPU returns a contiguous result where meta transposes it"},
     // Structured CPU out= kernels give an out= tensor they resize the functional result's layout;
     // these ops' meta kernels (Python) keep it contiguous.
-    {"aten::cat.out", kRules, kFunctionalLayout, "a resized out= tensor takes the inputs' memory format"},
+    {"aten::cat.out", kRules, kFunctionalLayout | kSplitInvariant,
+     "a resized out= tensor takes the inputs' memory format"},
+    // Kernels whose bits cannot follow the split (exec/solo_team.h): moves of data, and fused Adam,
+    // which splits its work in 64-byte units, so its scalar tail is only the tensor's last elements.
+    {"aten::index_select", kRules, kSplitInvariant, "small calls run on the queue worker alone"},
+    {"aten::_fused_adam_", kRules, kSplitInvariant, "small calls run on the queue worker alone"},
+    {"aten::_fused_adamw_", kRules, kSplitInvariant, "small calls run on the queue worker alone"},
     {"aten::cholesky_inverse.out", kRules, kFunctionalLayout, "a resized out= tensor is column-major"},
     {"aten::linalg_lu_solve.out", kRules, kFunctionalLayout, "a resized out= tensor is column-major"},
     {"aten::linalg_lu_factor_ex.out", kRules, kFunctionalLayout, "a resized out= tensor is column-major"},
@@ -455,6 +461,7 @@ std::unique_ptr<OpRecord> make_record(const c10::OperatorHandle& op) {
   r->quiet_resize = flags & kQuietResize;
   r->out_scratch = flags & kOutScratch;
   r->widened_results = flags & kWidenedResults;
+  r->split_invariant = flags & kSplitInvariant;
   // A pointwise CPU out= kernel (TensorIterator) lays a resized out= tensor out as its inputs, as
   // the functional op's meta does; the op's own meta (Python's out_wrapper) keeps it contiguous.
   if ((flags & kFunctionalLayout) || op.hasTag(at::Tag::pointwise)) r->functional_op = find_functional_of(op.schema());
@@ -570,7 +577,7 @@ std::string explain(const std::string& name) {
       if (const int64_t w = r->first_waits.load())
         out << " (" << w << " async calls waited: the first of their signature)";
       if (const int64_t n = r->solo.load())
-        out << " (" << n << " ran on the queue worker alone: small, and exact whatever the split)";
+        out << " (" << n << " ran on the queue worker alone: small, and the same bits however the work is split)";
       if (r->mode == Mode::kAsync && r->concatenable) {
         out << "; concatenable: with concatenation on, its async calls that do not wait join the stream's "
                "segment ("

@@ -19,6 +19,7 @@ enum OverrideFlag : unsigned {
   kQuietResize = 16,       // out= tensors resize without PyTorch's warning, as the CPU kernel does
   kWidenedResults = 32,    // the task widens the kernel's results to meta's (CUDA's) dtype
   kOutScratch = 64,        // the out= kernel writes scratch the task copies into the out= tensors (it restrides them)
+  kSplitInvariant = 128,   // the CPU kernel's bits do not depend on how its work is split: small calls run alone
 };
 
 // The record (plan and counters) of a boxed op, made on first use. Cheap on repeated calls.

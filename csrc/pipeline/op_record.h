@@ -51,6 +51,7 @@ struct OpRecord {
   bool contiguous_outputs = false;            // fresh outputs are contiguous, whatever meta says
   bool quiet_resize = false;                  // out= tensors resize without the warning (kQuietResize)
   bool out_scratch = false;                   // the out= kernel writes scratch, copied into out= (kOutScratch)
+  bool split_invariant = false;               // small calls run on the worker alone (kSplitInvariant)
   // For an out= op: the functional overload, whose result layout an out= tensor takes when it is
   // resized (as CPU kernels give it; meta kernels written in Python keep it contiguous).
   std::optional<c10::OperatorHandle> functional_op;

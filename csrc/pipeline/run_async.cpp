@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
+#include <c10/util/accumulate.h>
 #include <c10/util/strides.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "exec/device_check.h"
 #include "exec/executor.h"
 #include "exec/ivalue_walk.h"
+#include "exec/solo_team.h"
 #include "exec/tensor_desc.h"
 #include "nki/kernel_source.h"
 #include "pipeline/call_args.h"
@@ -135,6 +137,14 @@ void run_task(const c10::OperatorHandle& op, const OpRecord& rec, const Captured
     v.copy_(t);
   }
   for (const auto& [i, v] : written) check_left_as_allocated(rec, c.tensors[i], v, "a written argument");
+}
+
+// Whether no tensor of the call (its arguments as resized, its fresh outputs) is larger than a kernel
+// that may run alone runs alone for.
+bool solo_sized(const Captured& c) {
+  const auto small = [](const TensorDesc& d) { return c10::multiply_integers(d.sizes) <= kSoloElements; };
+  return std::all_of(c.tensors.begin(), c.tensors.end(), small) &&
+         std::all_of(c.outputs.begin(), c.outputs.end(), small);
 }
 
 // The meta kernel's argument: device tensors become shape-only mirrors, the device the meta one.
@@ -425,7 +435,12 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
     return true;
   }
   rec.count(Mode::kAsync);
-  launch_op(device, rec, std::move(sig), [op, &rec, c = std::move(c)] { run_task(op, rec, c); });
+  const bool solo = rec.split_invariant && solo_sized(c);
+  if (solo) rec.solo.fetch_add(1, std::memory_order_relaxed);
+  launch_op(device, rec, std::move(sig), [op, &rec, c = std::move(c), solo] {
+    SoloTeam team(solo);
+    run_task(op, rec, c);
+  });
   stack->erase(stack->end() - nargs, stack->end());
   for (auto& r : results) stack->push_back(std::move(r));
   return true;
