@@ -7,8 +7,8 @@ torch.use_deterministic_algorithms(True) (kernel time dominates it). Issue #38's
 row: the device never slower than the CPU it runs on (≥ 1.0×). Each device runs in a process of its
 own, the best round counting: in one process the two slow each other down (after a step, each
 device's OpenMP threads spin while the other's work needs the cores; the demo's CPU step took 28 ms
-beside a neuron model and 16 ms alone). Also prints each workload's op counts on neuron (async /
-sync / copy). Run on a quiet machine: `make bench-e2e`.
+beside a neuron model and 16 ms alone). Also prints each workload's op counts on neuron (async,
+of which on the queue worker alone / sync / copy). Run on a quiet machine: `make bench-e2e`.
 
 Then the host-bound rows again under a fixed load the benchmark starts itself (`--load`, two
 busy-looping processes by default: a CI machine or a laptop is a busy host). Target: the ratio
@@ -170,7 +170,7 @@ def measure(name, device, rounds, iters):
         torch_neuronx.reset_op_counts()
         timed(step, device, 1)
         counts = torch_neuronx.op_counts()
-        calls = {m: sum(c[m] for c in counts.values()) for m in ("async", "sync", "copy")}
+        calls = {m: sum(c[m] for c in counts.values()) for m in ("async", "sync", "copy", "solo")}
     times = [timed(step, device, iters) for _ in range(rounds)]
     return {"seconds": min(times), "spread": max(times) / min(times), "per": per, "unit": unit, "calls": calls}
 
@@ -237,7 +237,7 @@ def main():
         calls = r["neuron"]["calls"]
         print(f"{name:<32}{cpu_rate:>12,.0f}{neuron_rate:>12,.0f}{neuron_rate / cpu_rate:>9.2f}x  "
               f"{r['cpu']['unit']:<8}{'>= ' + str(target):>8}   "
-              f"{calls['async']} async, {calls['sync']} sync, {calls['copy']} copy", flush=True)
+              f"{calls['async']} async ({calls['solo']} alone), {calls['sync']} sync, {calls['copy']} copy", flush=True)
     if args.load:
         under_load([n for n in quiet if WORKLOADS[n][0] not in HEAVY], quiet, args)
 

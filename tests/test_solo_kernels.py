@@ -1,7 +1,7 @@
 """Small kernels that run on the queue worker alone (csrc/exec/solo_team.h): only kernels whose bits
-do not depend on how their work is split (exact elementwise arithmetic, moves of data, fills, fused
-Adam), so each result is still the CPU's, bit for bit, and the kernel team is back for everything
-else."""
+do not depend on how their work is split (exact elementwise arithmetic, sums into several outputs,
+moves of data, fills, fused Adam), so each result is still the CPU's, bit for bit, and the kernel
+team is back for everything else."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -71,6 +71,36 @@ def test_other_exponents_keep_the_team():
     for exponent in (3, 0.5, -1.5):
         assert torch.equal(x.to(N).pow(exponent).cpu(), x.pow(exponent)), exponent
     assert solo_calls("aten::pow.Tensor_Scalar") == 0
+
+
+# Each has more than 32,768 elements, so the CPU splits it between its threads; odd extents put the
+# split off a vector boundary; (0, 2) reduces dimensions that cannot be merged into one.
+REDUCTIONS = [((8, 64, 128), (-1,)), ((8, 64, 128), (0, 1)), ((301, 257), (0,)), ((301, 257), (1,)),
+              ((257, 301), "t1"), ((3, 50_001), (1,)), ((40, 30, 50), (0, 2))]
+
+
+@pytest.mark.parametrize("shape,dims", REDUCTIONS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sums_and_means_into_several_outputs_run_alone(shape, dims, dtype):
+    """The CPU gives each thread whole outputs of such a reduction, so the split cannot show."""
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(len(shape))).to(dtype)
+    xn = x.to(N)
+    if dims == "t1":  # a transposed input
+        x, xn, dims = x.t(), xn.t(), (1,)
+    assert torch.equal(xn.sum(dims).cpu(), x.sum(dims))
+    assert torch.equal(xn.sum(dims, keepdim=True).cpu(), x.sum(dims, keepdim=True))
+    assert torch.equal(xn.mean(dims).cpu(), x.mean(dims))
+    assert solo_calls("aten::sum.dim_IntList") == 2
+    assert solo_calls("aten::mean.dim") == 1
+
+
+def test_sums_into_one_element_and_large_sums_keep_the_team():
+    """A sum into one element splits its elements between threads: other bits alone."""
+    x = torch.randn(301, 257, generator=torch.Generator().manual_seed(5)).bfloat16()
+    assert torch.equal(x.to(N).sum((0, 1)).cpu(), x.sum((0, 1)))
+    big = torch.randn(SOLO_ELEMENTS + 1, 4)
+    assert torch.equal(big.to(N).sum(1).cpu(), big.sum(1))
+    assert solo_calls("aten::sum.dim_IntList") == 0
 
 
 @pytest.mark.parametrize("numel", [SOLO_ELEMENTS - 7, SOLO_ELEMENTS + 9])

@@ -9,17 +9,12 @@
 #include <ATen/ops/add_meta.h>
 #include <ATen/ops/div_meta.h>
 #include <ATen/ops/mul_meta.h>
-#include <ATen/ops/neg_meta.h>
-#include <ATen/ops/pow_meta.h>
-#include <ATen/ops/rsqrt_meta.h>
-#include <ATen/ops/sqrt_meta.h>
 #include <ATen/ops/sub_meta.h>
 #include <c10/util/BFloat16.h>
 
 #include <type_traits>
 
 #include "exec/executor.h"
-#include "exec/solo_team.h"
 #include "pipeline/first_call.h"
 #include "pipeline/op_record.h"
 
@@ -78,7 +73,7 @@ inline bool launch_fast(OpRecord& rec, FastOp op, const at::Tensor& out, const a
 
 // Which structured ops have a loop: alpha must be 1 (the CPU fuses a multiply-add otherwise).
 // `exact`: the call is one IEEE operation per element, so its CPU kernel gives the same bits
-// however its work is split, and may run on the worker alone (solo_call).
+// however its work is split, and may run on the worker alone (aten/solo_ops.h).
 template <class Meta>
 struct FastElementwise : std::false_type {};
 
@@ -106,54 +101,5 @@ template <>
 struct FastElementwise<at::meta::structured_mul_Tensor> : FastPlainOp<FastOp::kMul> {};
 template <>
 struct FastElementwise<at::meta::structured_div_Tensor> : FastPlainOp<FastOp::kDiv> {};
-
-// Unary ops whose every element is computed the same way by the CPU kernel's vectorized body and
-// its scalar tail (one correctly rounded IEEE operation, or none), so the split cannot show.
-// `exact` says it of one call.
-template <class Meta>
-struct ExactUnary : std::false_type {};
-struct AlwaysExact : std::true_type {
-  template <class... Args>
-  static bool exact(const Args&...) {
-    return true;
-  }
-};
-template <>
-struct ExactUnary<at::meta::structured_sqrt> : AlwaysExact {};
-template <>
-struct ExactUnary<at::meta::structured_neg> : AlwaysExact {};  // a sign flip
-// 1 / sqrt(x) in both paths for float and double; a bfloat16 or half scalar tail rounds the root to
-// its dtype before dividing, where the vectorized body divides in float.
-template <>
-struct ExactUnary<at::meta::structured_rsqrt> : std::true_type {
-  static bool exact(const at::Tensor& out, const at::Tensor&) {
-    return out.scalar_type() == at::kFloat || out.scalar_type() == at::kDouble;
-  }
-};
-// x ** 0 is a fill, x ** 1 a copy, x ** 2 is x * x in both paths (and for integers); other
-// exponents call pow, whose vectorized body and scalar tail differ.
-template <>
-struct ExactUnary<at::meta::structured_pow_Tensor_Scalar> : std::true_type {
-  static bool exact(const at::Tensor&, const at::Tensor&, const at::Scalar& exponent) {
-    if (exponent.isComplex()) return false;
-    const double e = exponent.toDouble();
-    return e == 0.0 || e == 1.0 || e == 2.0;
-  }
-};
-
-// Whether a call of op `Meta` (its operands `args`) writing `out` runs its CPU kernel on the worker
-// alone (exec/solo_team.h), counted on `rec`: an exact call of a real dtype (complex products and
-// roots round differently in the vectorized body and the scalar tail), no larger than kSoloElements.
-template <class Meta, class... Args>
-bool solo_call(OpRecord& rec, const at::Tensor& out, const Args&... args) {
-  bool solo = false;
-  if constexpr (FastElementwise<Meta>::value || ExactUnary<Meta>::value) {
-    solo = out.numel() <= kSoloElements && !c10::isComplexType(out.scalar_type());
-    if constexpr (FastElementwise<Meta>::value) solo = solo && FastElementwise<Meta>::exact(args...);
-    if constexpr (ExactUnary<Meta>::value) solo = solo && ExactUnary<Meta>::exact(out, args...);
-  }
-  if (solo) rec.solo.fetch_add(1, std::memory_order_relaxed);
-  return solo;
-}
 
 }  // namespace torch_neuronx

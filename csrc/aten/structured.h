@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "aten/fast_elementwise.h"
+#include "aten/solo_ops.h"
 #include "core/storage.h"
 #include "exec/device_check.h"
 #include "exec/executor.h"

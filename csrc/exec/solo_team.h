@@ -6,12 +6,14 @@
 // work: a multiply of 2^17 floats took 50 µs on the team and 25 µs alone (issue 38's note). Alone,
 // a kernel keeps the CPU's bits only if every output element is computed the same way however
 // the work is split: exact elementwise arithmetic (one correctly rounded IEEE operation or none:
-// +, -, *, /, sqrt, neg, x ** 2, float rsqrt; aten/fast_elementwise.h), moves of data (copies,
-// fills, cat, index_select) and fused Adam, whose split falls on 64-byte units (the boxed ops
-// flagged kSplitInvariant in pipeline/op_policy.cpp).
-// Reductions, whose partial sums follow the split, transcendental functions, whose vectorized
-// body and scalar tail round differently, and kernels that size their work by the thread count
-// (the CPU's flash attention gives other bits for a decode step on one thread) keep the team.
+// +, -, *, /, sqrt, neg, x ** 2, float rsqrt), sums and means into several outputs, each of
+// which one thread computes (aten/solo_ops.h), moves of data (copies, fills, cat, index_select)
+// and fused Adam, whose split falls on 64-byte units (the boxed ops flagged kSplitInvariant in
+// pipeline/op_policy.cpp).
+// Reductions into one element, whose partial sums follow the split, transcendental functions,
+// whose vectorized body and scalar tail round differently, matrix products (MKL's and oneDNN's
+// splits are their own), and kernels that size their work by the thread count (the CPU's flash
+// attention gives other bits for a decode step on one thread) keep the team.
 #pragma once
 
 #include <cstdint>

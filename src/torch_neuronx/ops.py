@@ -30,8 +30,8 @@ def op_counts(reasons: bool = False) -> dict:
     concatenated queue task (see set_concatenation). "solo" counts the async calls whose kernel ran
     on the queue worker alone rather than on its thread team: calls small enough that waking the
     team costs more than it saves, of kernels whose results do not depend on how their work is split
-    (exact arithmetic: +, -, *, /, sqrt, neg, x ** 2, float rsqrt; copies, fills, cat, index_select;
-    fused Adam and AdamW), so they are the team's bits.
+    (exact arithmetic: +, -, *, /, sqrt, neg, x ** 2, float rsqrt; sums and means into several
+    outputs; copies, fills, cat, index_select; fused Adam and AdamW), so they are the team's bits.
 
     With reasons=True, ops with sync or copy calls also get "reasons": {mode: {why: calls}}.
     """
