@@ -190,7 +190,7 @@ def test_inplace_out_and_resize():
      lambda x: torch.amax(x, 1, out=torch.empty(3, dtype=torch.long, device=x.device)), "Long"),
     ("gelu approximate", lambda x: F.gelu(x, approximate="bad"), None),
     ("gelu_backward approximate", lambda x: torch.ops.aten.gelu_backward(x, x, approximate="bad"), None),
-    # Checks the CPU kernels make inside and meta kernels lack (op_policy.cpp's ArgCheck rows).
+    # Checks the CPU kernels make inside and meta kernels lack (op_overrides.cpp's ArgCheck rows).
     ("uniform_ from > to", lambda x: x.clone().uniform_(3, -1), None),
     # A valid range first, so the signature has run cleanly: the range is checked on every call.
     ("randint out of bool's range", lambda x: (torch.randint(0, 2, (3,), dtype=torch.bool, device=x.device),

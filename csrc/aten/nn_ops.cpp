@@ -100,11 +100,7 @@ OpRecord& fill_tensor_rec = typed_op("aten::fill_.Tensor", "a fill task on the s
 OpRecord& zero_rec = typed_op("aten::zero_", "a fill task on the stream");
 
 // Every element gets the same value, so a small fill runs on the worker alone (exec/solo_team.h).
-bool solo_fill(OpRecord& rec, const Tensor& self) {
-  const bool solo = self.numel() <= kSoloElements;
-  if (solo) rec.solo.fetch_add(1, std::memory_order_relaxed);
-  return solo;
-}
+bool solo_fill(OpRecord& rec, const Tensor& self) { return rec.count_solo(self.numel() <= kSoloElements); }
 
 Tensor& fill_with(OpRecord& rec, Tensor& self, const Scalar& value) {
   rec.count(Mode::kAsync);

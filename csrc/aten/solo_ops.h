@@ -1,6 +1,6 @@
 // Which typed kernels run on the queue worker alone (exec/solo_team.h): calls whose bits cannot
 // depend on how the kernel splits its work, and none of whose tensors exceeds kSoloElements. The
-// boxed ops that may are flagged kSplitInvariant in pipeline/op_policy.cpp.
+// boxed ops that may are flagged kSplitInvariant in pipeline/op_overrides.cpp.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -93,8 +93,7 @@ bool solo_call(OpRecord& rec, const at::Tensor& out, const Args&... args) {
     if constexpr (FastElementwise<Meta>::value) solo = solo && FastElementwise<Meta>::exact(args...);
     if constexpr (SplitInvariant<Meta>::value) solo = solo && SplitInvariant<Meta>::exact(out, args...);
   }
-  if (solo) rec.solo.fetch_add(1, std::memory_order_relaxed);
-  return solo;
+  return rec.count_solo(solo);
 }
 
 }  // namespace torch_neuronx

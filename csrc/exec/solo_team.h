@@ -9,7 +9,7 @@
 // +, -, *, /, sqrt, neg, x ** 2, float rsqrt), sums and means into several outputs, each of
 // which one thread computes (aten/solo_ops.h), moves of data (copies, fills, cat, index_select)
 // and fused Adam, whose split falls on 64-byte units (the boxed ops flagged kSplitInvariant in
-// pipeline/op_policy.cpp).
+// pipeline/op_overrides.cpp).
 // Reductions into one element, whose partial sums follow the split, transcendental functions,
 // whose vectorized body and scalar tail round differently, matrix products (MKL's and oneDNN's
 // splits are their own), and kernels that size their work by the thread count (the CPU's flash

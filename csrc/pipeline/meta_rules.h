@@ -1,6 +1,6 @@
 // Corrections to meta kernels where the CPU kernel, which is what runs and what users compare
 // with, decides otherwise: their answers, the argument checks they lack, and arguments the CPU
-// kernel takes in another form. Each is named in op_policy.cpp's overrides table.
+// kernel takes in another form. Each is named in the overrides table (op_overrides.cpp).
 #pragma once
 
 #include <ATen/core/ivalue.h>

@@ -20,11 +20,11 @@ namespace torch_neuronx {
 
 struct OutputMeta;
 // Corrects what meta says of a call's results (the fresh outputs, or an out= op's out= tensors)
-// where the CPU kernel knowingly differs (op_policy.cpp's table).
+// where the CPU kernel knowingly differs (op_overrides.cpp).
 using MetaRule = void (*)(const c10::IValue* args, const std::vector<OutputMeta*>& results);
 // Runs on a call's arguments before anything else: raises at the call the argument errors the CPU
 // kernel would raise inside its task, where meta does not check them, or brings an argument to
-// what the CPU kernel takes (op_policy.cpp's table).
+// what the CPU kernel takes (op_overrides.cpp).
 using ArgRule = void (*)(c10::IValue* args);
 
 // async: the kernel is queued on the stream and the call returns at once.
@@ -72,6 +72,12 @@ struct OpRecord {
   // Async calls that waited for their kernel: the first of each signature (pipeline/first_call.h).
   std::atomic<int64_t> first_waits{0};
   void count(Mode m) { calls[static_cast<int>(m)].fetch_add(1, std::memory_order_relaxed); }
+  // Counts an async call whose kernel runs on the queue worker alone (exec/solo_team.h) when `alone`;
+  // returns it.
+  bool count_solo(bool alone) {
+    if (alone) solo.fetch_add(1, std::memory_order_relaxed);
+    return alone;
+  }
   // A call that ran otherwise than the plan says, with why ("a host tensor argument").
   void count(Mode m, const std::string& why);
   std::map<std::string, int64_t> call_reasons(Mode m) const;

@@ -55,7 +55,8 @@ std::string layout_text(c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::S
   TORCH_CHECK(false, "neuron: the CPU kernel of ", rec.name, " disagreed with its meta kernel: ", what,
               ". This call's result is wrong. Please report it; until it is fixed, run with "
               "TORCH_NEURONX_OP_POLICY=",
-              rec.name, "=sync (and add the op to csrc/pipeline/op_policy.cpp's table).");
+              rec.name,
+              "=sync (and add the op to the overrides table op_policy.cpp reads, csrc/pipeline/op_overrides.cpp).");
 }
 
 void check_left_as_allocated(const OpRecord& rec, const TensorDesc& d, const at::Tensor& v, const char* which) {
@@ -435,8 +436,7 @@ bool run_op_async(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stac
     return true;
   }
   rec.count(Mode::kAsync);
-  const bool solo = rec.split_invariant && solo_sized(c);
-  if (solo) rec.solo.fetch_add(1, std::memory_order_relaxed);
+  const bool solo = rec.count_solo(rec.split_invariant && solo_sized(c));
   launch_op(device, rec, std::move(sig), [op, &rec, c = std::move(c), solo] {
     SoloTeam team(solo);
     run_task(op, rec, c);
